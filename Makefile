@@ -23,14 +23,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job on the embedded tiny model: a short supervised warm-up on the math env's
-# worked solutions (a random model never writes a checkable answer), HP-RLVR training
-# from it, then held-out evaluation of the warm start and of the trained checkpoint.
-DEMO_EVAL := --env math --split test --limit 100 --samples 4 --max-new-tokens 96
+# The main job on the embedded tiny model, on ALFWorld: the handcoded expert plays train
+# games (demonstrations), a short supervised warm-up on them (a random model never writes
+# an <action> tag), HP-RLVR from that warm start, then the warm start and the trained
+# checkpoint on held-out valid_seen games. Official games where found, else synthesized
+# ones (built on first use). CPU-scale knobs: 12 steps per episode, 48 train games.
+DEMO_SOURCE = $(shell $(BIN)/python -c 'from hp_agent.envs.alfworld.data import find_data_root; print("official" if find_data_root() else "synth")')
+DEMO_EVAL = --split id --source $(DEMO_SOURCE) --limit 12 --max-turns 12 --max-new-tokens 24
 demo: install
-	$(BIN)/hp-agent sft --env math --model tiny --steps 200 --out $(DEMO_RUN)-sft
-	$(BIN)/hp-agent train --model $(DEMO_RUN)-sft --name $(notdir $(DEMO_RUN)) --steps 16 \
-		trainer.prompts_per_step=16 rollout.max_new_tokens=96 learner.lr=1e-4
+	$(BIN)/hp-agent data alfworld --demos $(DEMO_RUN)-demos.jsonl --source $(DEMO_SOURCE) --limit 24 --workers 2
+	$(BIN)/hp-agent sft --data $(DEMO_RUN)-demos.jsonl --model tiny --steps 60 --batch-size 8 --out $(DEMO_RUN)-sft
+	$(BIN)/hp-agent train --model $(DEMO_RUN)-sft --name $(notdir $(DEMO_RUN)) --steps 4 \
+		trainer.prompts_per_step=8 env.num_workers=2 rollout.max_new_tokens=24 \
+		'env.kwargs={source: $(DEMO_SOURCE), max_steps: 12, num_games: 48}'
 	$(BIN)/hp-agent eval --model $(DEMO_RUN)-sft $(DEMO_EVAL) --output $(DEMO_RUN)-sft/eval.json
 	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(DEMO_EVAL) --output $(DEMO_RUN)/eval.json
 

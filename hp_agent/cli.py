@@ -30,7 +30,7 @@ def _fail(message: str) -> None:
 @app.command()
 def train(
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted config overrides, e.g. algo.clip_eps_low=0.1"),
-    env: Optional[str] = typer.Option(None, help="Env name (default: math)."),
+    env: Optional[str] = typer.Option(None, help="Env name (default: alfworld)."),
     model: Optional[str] = typer.Option(None, help="tiny, a local folder, or a cached hub id."),
     algo: Optional[str] = typer.Option(None, help="hp-rlvr or grpo."),
     steps: Optional[int] = typer.Option(None, help="Training steps."),
@@ -38,7 +38,7 @@ def train(
     name: Optional[str] = typer.Option(None, help="Run folder name under trainer.run_dir."),
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder from its last checkpoint."),
 ) -> None:
-    """Train a policy (no options: HP-RLVR on the math env with the embedded tiny model)."""
+    """Train a policy (no options: HP-RLVR on ALFWorld's train games with the embedded tiny model)."""
     _quiet_libraries()
     from hp_agent.config import ConfigError, load_config
     from hp_agent.trainer import TrainingError
@@ -76,7 +76,7 @@ def train(
 
 @app.command("eval")
 def eval_command(
-    env: str = typer.Option("math", help="Env name."),
+    env: str = typer.Option("alfworld", help="Env name."),
     model: str = typer.Option("tiny", help="tiny, a model folder, or a run folder (its latest checkpoint)."),
     split: Optional[str] = typer.Option(None, help="Split to evaluate: math train/test (default test); alfworld id/ood/train (default id)."),
     samples: int = typer.Option(1, help="Samples per task k (Avg@k, Pass@k)."),
@@ -88,6 +88,8 @@ def eval_command(
     policy: Optional[str] = typer.Option(None, help="Scripted ALFWorld policy instead of a model: walkthrough, expert or random (no model is loaded)."),
     workers: int = typer.Option(1, help="Processes for a scripted policy (loading a game is CPU-bound)."),
     seed: int = typer.Option(0, help="Seed of episode i is seed + i (sampling, random policy, expert tie-breaks)."),
+    source: Optional[str] = typer.Option(None, help="ALFWorld games: official (default where found), synth or alfred."),
+    max_turns: Optional[int] = typer.Option(None, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),
 ) -> None:
     """Evaluate a policy (a model, or a scripted ALFWorld policy) on every task of a split."""
     _quiet_libraries()
@@ -97,15 +99,15 @@ def eval_command(
     from hp_agent.policies import SamplingParams
 
     torch.set_num_threads(int(os.environ.get("HP_AGENT_TORCH_THREADS", "1")))
-    split = split or ("id" if env == "alfworld" else "test")
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy)
     try:
         result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
+                          env_kwargs={"source": source} if source else None, max_turns=max_turns,
                           output=output, progress=True, scripted=policy, workers=workers, seed=seed)
     except (FileNotFoundError, ImportError, LookupError, ValueError) as error:
         _fail(str(error))
         return
-    table = Table(title=f"{env} / {split} / {result.policy}: {result.tasks} tasks x {result.samples} samples")
+    table = Table(title=f"{env} / {result.split} / {result.policy}: {result.tasks} tasks x {result.samples} samples")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row(f"Avg@{samples} (success rate)", f"{100 * result.avg_at_k:.2f}%")
@@ -128,7 +130,7 @@ def eval_command(
 @app.command()
 def sft(
     out: Path = typer.Option(..., help="Folder to write the warmed-up model to (must not exist or be empty)."),
-    env: str = typer.Option("math", help="Env whose train-split demonstrations to learn from."),
+    env: str = typer.Option("alfworld", help="Env whose train-split demonstrations to learn from (ALFWorld: the expert's won games, ~2 s a game; `hp-agent data alfworld --demos` plays them in parallel for --data)."),
     model: str = typer.Option("tiny", help="Model to start from."),
     steps: int = typer.Option(200, help="Optimizer steps."),
     batch_size: int = typer.Option(16, help="Demonstrations per step."),
@@ -161,13 +163,17 @@ app.add_typer(data_app, name="data")
 @data_app.command("alfworld")
 def data_alfworld(
     download: bool = typer.Option(False, help="Run alfworld-download first (needs internet)."),
+    build: bool = typer.Option(False, help="Synthesize games from the alfworld wheel (no data needed) into the hp_agent cache."),
+    from_alfred: Optional[Path] = typer.Option(None, help="Rebuild games from ALFRED task records: its json_2.1.0 folder or alfred_json_2.1.0_trimmed.tar.gz."),
+    splits: Optional[list[str]] = typer.Option(None, "--split", help="Split to build or play: train, id, ood (repeat the flag; default for --build/--from-alfred: all three, for --demos: train)."),
+    count: Optional[int] = typer.Option(None, help="With --build: games per split (default 600 train, 140 id, 134 ood); with --from-alfred: at most this many trials per split."),
     demos: Optional[Path] = typer.Option(None, help="Write the expert's won episodes here as trajectory JSONL."),
+    source: str = typer.Option("auto", help="With --demos: games to play: auto, official, synth or alfred."),
     model: str = typer.Option("tiny", help="With --demos: the model whose tokenizer and chat template render the ids."),
-    split: str = typer.Option("train", help="With --demos: split to play (train, id, ood)."),
     limit: Optional[int] = typer.Option(None, help="With --demos: only the first N games."),
-    workers: int = typer.Option(1, help="With --demos: processes playing games in parallel."),
+    workers: int = typer.Option(2, help="Processes building or playing games in parallel."),
 ) -> None:
-    """Show which ALFWorld games are here (source, counts per split and task type)."""
+    """Find, build and show ALFWorld games (source, counts per split and task type); export demonstrations."""
     import subprocess
 
     _quiet_libraries()
@@ -179,28 +185,62 @@ def data_alfworld(
             return
         if done.returncode != 0:
             _fail(f"alfworld-download failed (is the network reachable?):\n{done.stderr[-1500:]}")
-    from hp_agent.envs.alfworld.catalog import data_source, describe, write_demonstrations
+    from hp_agent.envs.alfworld import sources
+    from hp_agent.envs.alfworld.build import build_games
+    from hp_agent.envs.alfworld.catalog import describe, write_demonstrations
     from hp_agent.envs.alfworld.data import find_data_root, missing_data_message
 
-    root = find_data_root()
-    if root is None:
-        _fail(missing_data_message())
+    build_splits = list(splits or ("train", "id", "ood"))
+    unknown = [s for s in build_splits if s not in ("train", "id", "ood")]
+    if unknown:
+        _fail(f"unknown split {unknown[0]!r}; valid: train, id, ood")
+    try:
+        if build:
+            build_games(sources.synth_root(), source="synth", splits=build_splits, counts=count, workers=workers)
+        if from_alfred is not None:
+            alfred_dir = _alfred_folder(from_alfred)
+            alfred_splits = [{"id": "valid_seen", "ood": "valid_unseen"}.get(s, s) for s in build_splits]
+            build_games(sources.alfred_root(), source="alfred", splits=alfred_splits, counts=count,
+                        alfred_dir=alfred_dir, workers=workers)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(str(error))
         return
-    counts = describe(root)
-    table = Table(title=f"ALFWorld games: {data_source(root)}")
-    table.add_column("split")
-    task_types = next(iter(counts.values())).keys() if counts else []
-    for task_type in task_types:
-        table.add_column(task_type, justify="right")
-    table.add_column("total", justify="right")
-    for split_name, by_type in counts.items():
-        table.add_row(split_name, *(str(n) for n in by_type.values()), str(sum(by_type.values())))
-    console.print(table)
+    roots = [root for root in (find_data_root(), sources.synth_root(), sources.alfred_root())
+             if root is not None and (root / "json_2.1.1").is_dir()]
+    if not roots:
+        console.print(missing_data_message() + "\nOr synthesize games with no data: `hp-agent data alfworld --build`.")
+    for root in roots:
+        counts = describe(root)
+        table = Table(title=f"ALFWorld games: {sources.source_of(root)}")
+        table.add_column("split")
+        for task_type in next(iter(counts.values()), {}):
+            table.add_column(task_type, justify="right")
+        table.add_column("total", justify="right")
+        for split_name, by_type in counts.items():
+            table.add_row(split_name, *(str(n) for n in by_type.values()), str(sum(by_type.values())))
+        console.print(table)
     if demos is not None:
         from hp_agent.policies import load_policy
 
-        won, played = write_demonstrations(demos, load_policy(model), split=split, limit=limit, workers=workers)
+        split = build_splits[0] if splits else "train"
+        try:
+            won, played = write_demonstrations(demos, load_policy(model), split=split, limit=limit, workers=workers,
+                                               source=source)
+        except (FileNotFoundError, LookupError, ValueError) as error:
+            _fail(str(error))
+            return
         console.print(f"demonstrations: the expert won {won} of {played} {split} games; written to {demos}")
+
+
+def _alfred_folder(path: Path) -> Path:
+    """ALFRED's json_2.1.0 folder; a tarball is unpacked once into the hp_agent cache."""
+    from hp_agent.envs.alfworld.data import cache_root, unpack_once
+
+    if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+        return unpack_once(path, cache_root() / "alfred_json_2.1.0", "json_2.1.0", "valid_seen")
+    if not path.is_dir():
+        raise FileNotFoundError(f"--from-alfred {str(path)!r} is neither a folder nor a .tar.gz")
+    return path
 
 
 @app.command()

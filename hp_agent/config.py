@@ -21,16 +21,15 @@ class _Section(BaseModel):
 
 
 class EnvConfig(_Section):
-    name: str = Field("math", description="Registered env name (`hp-agent envs` lists them).")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the env factory, e.g. {split: train}.")
+    name: str = Field("alfworld", description="Registered env name (`hp-agent envs` lists them).")
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the env factory, e.g. {split: train, max_steps: 20} (defaults: the env's train split)."
+    )
     num_workers: int = Field(
         0, ge=0, description="Worker processes stepping envs in parallel (0: in the trainer's process). Multi-turn envs gain most."
     )
     step_timeout: float = Field(60.0, gt=0.0, description="Seconds one env step may take in a worker before it is restarted and the episode marked errored.")
     reset_timeout: float = Field(120.0, gt=0.0, description="Seconds one env reset may take in a worker (ALFWorld loads a game in ~0.6 s).")
-    eval_kwargs: dict[str, Any] = Field(
-        default_factory=lambda: {"split": "test"}, description="Env factory arguments for evaluation after training."
-    )
 
 
 class ModelConfig(_Section):
@@ -102,7 +101,6 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest removed first).")
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads (1-2 on a small CPU).")
     save_trajectories: bool = Field(True, description="Append each step's trajectories to trajectories.jsonl in the run folder.")
-    eval_tasks: int = Field(0, ge=0, description="After training, evaluate on this many eval tasks (0: skip).")
 
 
 class TrainConfig(_Section):

@@ -111,10 +111,15 @@ def score(trajectories: list[Trajectory], env: str, split: str, samples: int, po
     )
 
 
+# The held-out split each built-in env is scored on when none is named; other envs get
+# their factory's default split.
+DEFAULT_EVAL_SPLITS = {"alfworld": "id", "math": "test"}
+
+
 def evaluate(
-    env: str = "math",
+    env: str = "alfworld",
     model: str | None = "tiny",
-    split: str | None = "test",
+    split: str | None = None,
     samples: int = 1,
     limit: int | None = None,
     env_kwargs: dict | None = None,
@@ -126,16 +131,24 @@ def evaluate(
     progress: bool = False,
     scripted: str | None = None,
     workers: int = 1,
+    max_turns: int | None = None,
 ) -> EvalResult:
     """Play every task of a split ``samples`` times in a fixed order and score it.
 
+    ``split`` defaults to the env's held-out split (ALFWorld ``id``, math ``test``).
     ``scripted`` names a scripted ALFWorld policy (walkthrough, expert, random): no model
     is loaded and ``model``/``policy``/``sampling`` are ignored; it plays in ``workers``
     processes. Episode ``i`` (task-major order) is seeded ``seed + i`` either way.
+    ``max_turns`` caps a model's episode below the env's own step limit (CPU-scale runs).
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     kwargs = dict(env_kwargs or {})
+    split = split or kwargs.get("split") or DEFAULT_EVAL_SPLITS.get(env)
+    if env == "alfworld" and limit:
+        # The same type-balanced prefix as task_ids()[:limit]; synthesized games are then
+        # built only for the games played.
+        kwargs.setdefault("num_games", limit)
     if split is not None:
         kwargs["split"] = split
     if scripted is not None:
@@ -151,7 +164,8 @@ def evaluate(
         policy = policy if policy is not None else load_policy(model or "tiny")
         envs = [make(env, **kwargs) for _ in range(parallel_envs)]
         task_ids = envs[0].task_ids()[:limit] if limit else envs[0].task_ids()
-        trajectories = _play_model(policy, envs, env, split, task_ids, samples, sampling, parallel_envs, seed, progress)
+        trajectories = _play_model(policy, envs, env, split, task_ids, samples, sampling, parallel_envs, seed, progress,
+                                   max_turns)
     result = score(trajectories, env, str(split), samples, policy=label)
     if output is not None:
         atomic_write_text(Path(output), result.to_json())
@@ -159,7 +173,8 @@ def evaluate(
 
 
 def _play_model(policy: Policy, envs: list, env: str, split: str | None, task_ids: list[str], samples: int,
-                sampling: SamplingParams | None, parallel_envs: int, seed: int, progress: bool) -> list[Trajectory]:
+                sampling: SamplingParams | None, parallel_envs: int, seed: int, progress: bool,
+                max_turns: int | None) -> list[Trajectory]:
     episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
     sampling = sampling or SamplingParams()
     trajectories: list[Trajectory] = []
@@ -167,7 +182,7 @@ def _play_model(policy: Policy, envs: list, env: str, split: str | None, task_id
         job = bar.add_task(f"eval {env}/{split}", total=len(episodes))
         for start in range(0, len(episodes), parallel_envs):
             chunk = episodes[start : start + parallel_envs]
-            trajectories += collect(policy, envs, env, chunk, sampling, seed=seed + start)
+            trajectories += collect(policy, envs, env, chunk, sampling, max_turns, seed=seed + start)
             bar.advance(job, len(chunk))
     return trajectories
 

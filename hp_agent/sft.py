@@ -97,7 +97,7 @@ def supervised_warmup(
 
 def sft(
     out_dir: str | Path,
-    env: str = "math",
+    env: str = "alfworld",
     model: str = "tiny",
     steps: int = 300,
     batch_size: int = 16,

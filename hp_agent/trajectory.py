@@ -141,6 +141,7 @@ def write_jsonl(path: str | Path, trajectories: Iterable[Trajectory]) -> None:
     """Write trajectories as JSONL, atomically (a temp file renamed over ``path``)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
     with tmp.open("w", encoding="utf-8") as f:
         for trajectory in trajectories:
             f.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")

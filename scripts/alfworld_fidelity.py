@@ -21,26 +21,18 @@ import json
 import random
 import statistics
 import sys
-import tarfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from hp_agent.envs.alfworld import alfred, synth
 from hp_agent.envs.alfworld.build import build_games
+from hp_agent.envs.alfworld.data import shared_dir, unpack_once
 from hp_agent.envs.alfworld.layouts import load_layout
 from hp_agent.envs.alfworld.pddl import TASK_TYPES, loc_name, parse_problem
 
-SHARED = Path("/work/shared/data")
+SHARED = shared_dir() / "data"
 SPLITS = ("valid_seen", "valid_unseen")
-
-
-def unpack(tarball: Path, dest: Path, marker: str) -> Path:
-    if not (dest / marker).exists():
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(tarball) as tf:
-            tf.extractall(dest, filter="data")
-    return dest / marker
 
 
 def official_trials(official: Path, split: str) -> dict[str, Path]:
@@ -255,8 +247,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--skip-official-expert", action="store_true")
     args = ap.parse_args(argv)
     cache, shared = Path(args.cache), Path(args.shared)
-    official = unpack(shared / "alfworld_json_2.1.1_official.tar.gz", cache / "official", "alfworld_data")
-    alfred_root = unpack(shared / "alfred_json_2.1.0_trimmed.tar.gz", cache / "alfred", "json_2.1.0")
+    official = unpack_once(shared / "alfworld_json_2.1.1_official.tar.gz", cache / "official", "alfworld_data",
+                           "json_2.1.1")
+    alfred_root = unpack_once(shared / "alfred_json_2.1.0_trimmed.tar.gz", cache / "alfred", "json_2.1.0",
+                              "valid_seen")
     t0 = time.time()
     report = {"build": {}}
     s3 = build_games(cache / "alfred_games", source="alfred", alfred_dir=alfred_root, splits=SPLITS,

@@ -242,14 +242,18 @@ def test_expert_needs_the_move_fix_on_pick_two(root):
 
 # ---- scripted policies ---------------------------------------------------------------------
 @pytest.mark.slow
-def test_walkthrough_replay_wins_id_and_ood_samples(id_env, ood_env):
+@pytest.mark.parametrize("split,games", [("id", 140), ("ood", 134)])
+def test_walkthrough_replay_wins_every_official_game(root, split, games):
     from hp_agent.envs.alfworld.scripted import Job, play_episodes
 
-    for env in (id_env, ood_env):
-        task_ids = env.task_ids()[:5]  # one game of each of five task types
-        trajectories = play_episodes(env, {}, "walkthrough", [Job(t, g, g) for g, t in enumerate(task_ids)])
-        assert [t.success for t in trajectories] == [True] * 5, [t.task_id for t in trajectories if not t.success]
-        assert all(not turn.invalid for t in trajectories for turn in t.turns)
+    env = AlfworldEnv(split=split, data_root=root, expert=False)
+    jobs = [Job(t, g, g) for g, t in enumerate(env.task_ids())]
+    trajectories = play_episodes(env, {"split": split, "data_root": root, "expert": False}, "walkthrough", jobs,
+                                 workers=2)
+    env.close()
+    assert len(trajectories) == games
+    assert [t.task_id for t in trajectories if not t.success] == []
+    assert all(not turn.invalid for t in trajectories for turn in t.turns)
 
 
 def test_random_policy_is_seeded_and_expert_policy_plays(root, id_env):

@@ -17,9 +17,10 @@ pytest.importorskip("textworld")
 pytest.importorskip("fast_downward")
 
 from hp_agent.envs.alfworld import build, layouts, pddl, synth  # noqa: E402
+from hp_agent.envs.alfworld.data import shared_dir  # noqa: E402
 
 SMALL_SCENES = (14, 316, 416, 202)
-ALFRED_TARBALL = Path("/work/shared/data/alfred_json_2.1.0_trimmed.tar.gz")
+ALFRED_TARBALL = shared_dir() / "data" / "alfred_json_2.1.0_trimmed.tar.gz"
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ PHASES = ["time/generation", "time/env_step", "time/train", "time/weight_sync", 
 
 def _config(tmp_path, algo, steps=2, **trainer):
     return {
+        "env": {"name": "math"},
         "algo": {"name": algo, **({"group_size": 4} if algo == "grpo" else {})},
         "rollout": {"max_new_tokens": 24},
         "learner": {"lr": 1e-4},
@@ -75,7 +76,7 @@ def _wait_for(predicate, timeout):
 
 def test_resume_after_kill_loses_at_most_the_step_in_flight(tmp_path):
     overrides = [
-        "trainer.steps=5", "trainer.prompts_per_step=2", "trainer.checkpoint_every=1", f"trainer.run_dir={tmp_path}",
+        "env.name=math", "trainer.steps=5", "trainer.prompts_per_step=2", "trainer.checkpoint_every=1", f"trainer.run_dir={tmp_path}",
         "trainer.name=killed", "rollout.max_new_tokens=16", "learner.lr=1e-4",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -109,7 +110,7 @@ def test_cli_errors_are_clear(tmp_path):
     out = run("train", "--env", "nope", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
     assert out.returncode == 2 and "unknown env 'nope'" in out.stdout
     assert not any(tmp_path.iterdir())  # a run that cannot start leaves no run folder behind
-    out = run("train", "--model", "Qwen/Qwen3-8B-not-cached", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
+    out = run("train", "--env", "math", "--model", "Qwen/Qwen3-8B-not-cached", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
     assert out.returncode == 2 and "--model" in out.stdout
     out = run("envs")
     assert out.returncode == 0 and "math" in out.stdout.split()

@@ -8,24 +8,17 @@ model's chat template), ready for ``hp-agent sft --data``.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
-from hp_agent.envs.alfworld.data import SHORT_TASK_TYPES, find_data_root, list_games
+from hp_agent.envs.alfworld.data import SHORT_TASK_TYPES, list_games
 from hp_agent.envs.alfworld.env import AlfworldEnv
 from hp_agent.envs.alfworld.scripted import Job, play_episodes
+from hp_agent.envs.alfworld.sources import resolve_data_root
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Trajectory, write_jsonl
 
 SPLIT_NAMES = ("train", "id", "ood")
-
-
-def data_source(root: Path) -> str:
-    """Where ``root`` came from, in words."""
-    if os.environ.get("ALFWORLD_DATA") and Path(os.environ["ALFWORLD_DATA"]).expanduser() == root:
-        return f"$ALFWORLD_DATA ({root})"
-    return f"shared official games, unpacked to {root}"
 
 
 def describe(root: Path) -> dict[str, dict[str, int]]:
@@ -52,9 +45,10 @@ def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory
     return trajectory
 
 
-def write_demonstrations(out: Path, policy: Policy, split: str = "train", limit: int | None = None, workers: int = 1) -> tuple[int, int]:
+def write_demonstrations(out: Path, policy: Policy, split: str = "train", limit: int | None = None, workers: int = 1,
+                         source: str = "auto") -> tuple[int, int]:
     """Write the expert's won episodes of ``split`` to ``out``; returns (won, played)."""
-    root = find_data_root()
+    root = resolve_data_root(split, source, num_games=limit)
     env = AlfworldEnv(split=split, data_root=root, num_games=limit)
     jobs = [Job(task_id=task_id, seed=k, group=k) for k, task_id in enumerate(env.task_ids())]
     played = play_episodes(env, {"split": split, "data_root": root, "num_games": limit}, "expert", jobs, workers=workers)

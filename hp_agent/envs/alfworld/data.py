@@ -100,25 +100,31 @@ def _holds_games(root: Path) -> bool:
     return (root / JSON_FOLDER).is_dir()
 
 
-def _unpack(tarball: Path, target: Path) -> None:
-    """Unpack ``tarball``'s ``alfworld_data/`` to ``target``: into a temporary folder
-    beside it, then one rename, so a reader never sees a half-unpacked tree."""
+def unpack_once(tarball: Path, target: Path, member: str, expect: str) -> Path:
+    """Unpack ``tarball``'s top folder ``member`` to ``target`` unless ``target/expect`` exists.
+
+    Into a temporary folder beside ``target``, then one rename, so a reader never sees a
+    half-unpacked tree and two processes unpacking at once both end with a complete copy.
+    """
+    if (target / expect).exists():
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".alfworld_data-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         with tarfile.open(tarball, "r:gz") as archive:
             archive.extractall(staging, filter="data")
-        unpacked = staging / "alfworld_data"
-        if not _holds_games(unpacked):
-            raise AlfworldDataError(f"{tarball} does not hold alfworld_data/{JSON_FOLDER}/")
+        unpacked = staging / member
+        if not (unpacked / expect).exists():
+            raise AlfworldDataError(f"{tarball} does not hold {member}/{expect}")
         try:
             os.rename(unpacked, target)
         except OSError:
             # Another process renamed its copy first; theirs is complete, keep it.
-            if not _holds_games(target):
+            if not (target / expect).exists():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def find_data_root() -> Path | None:
@@ -137,8 +143,7 @@ def find_data_root() -> Path | None:
         return cached
     tarball = shared_tarball()
     if tarball.is_file():
-        _unpack(tarball, cached)
-        return cached
+        return unpack_once(tarball, cached, "alfworld_data", JSON_FOLDER)
     return None
 
 

@@ -35,9 +35,9 @@ from hp_agent.envs.alfworld.data import (
     GameInfo,
     interleave_by_type,
     list_games,
-    require_data_root,
     short_task_types,
 )
+from hp_agent.envs.alfworld.sources import resolve_data_root
 from hp_agent.envs.base import TextEnv
 from hp_agent.verifiers import Verdict
 
@@ -136,12 +136,15 @@ class _Episode:
 
 
 class AlfworldEnv(TextEnv):
-    """The official ALFWorld games of one split, played on the TextWorld engine.
+    """The ALFWorld games of one split, played on the TextWorld engine.
 
     split:          ``train`` (official train folder, else the ``valid_train`` sample),
                     ``id`` (valid_seen, 140 games) or ``ood`` (valid_unseen, 134 games);
                     ALFWorld's folder names are accepted too.
-    data_root:      folder holding ``json_2.1.1/``; default: found by :func:`find_data_root`.
+    source:         ``auto`` (official games where found, else synthesized ones for
+                    ``train``), ``official``, ``synth`` (built on first use) or ``alfred``;
+                    see :mod:`hp_agent.envs.alfworld.sources`.
+    data_root:      folder holding ``json_2.1.1/``; overrides ``source``.
     task_types:     keep only these task types (short names pick, look, clean, heat, cool,
                     pick2, or ALFWorld's long names); default all six.
     max_steps:      actions per episode before it is truncated (verl-agent: 50).
@@ -160,7 +163,7 @@ class AlfworldEnv(TextEnv):
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 10.0)
     # Prompts for the tokenizer corpus: games played and steps taken per game.
 
-    def __init__(self, split: str = "train", data_root: str | Path | None = None,
+    def __init__(self, split: str = "train", source: str = "auto", data_root: str | Path | None = None,
                  task_types: list[str] | tuple[str, ...] | None = None, max_steps: int = 50,
                  num_games: int | None = None, history_length: int = 2, prompt_mode: str = "verl-agent",
                  invalid_penalty: float = 0.1, win_reward: float = 10.0, require_think: bool = False,
@@ -185,7 +188,7 @@ class AlfworldEnv(TextEnv):
         self.reward_bounds = (0.0, self.win_reward)  # the credit bound follows the knob
         self.require_think = require_think
         self.expert = expert
-        self.data_root = require_data_root(data_root)
+        self.data_root = resolve_data_root(split, source, data_root, num_games)
         games = interleave_by_type(list_games(self.data_root, split), short_task_types(task_types))
         self._games: dict[str, GameInfo] = {g.task_id: g for g in games[:num_games]}
         self._engine: Any = None  # engine.AlfworldGame of the last game played, reused on replay
