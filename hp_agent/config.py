@@ -61,6 +61,11 @@ class HindsightConfig(_Section):
     weight_norm: Literal["none", "max", "mean"] = Field("none", description="Per-trajectory normalization of JSD weights.")
     jsd_chunk_tokens: int = Field(1024, ge=1, description="Tokens per chunk when computing JSD over the full vocabulary.")
     score_batch_tokens: int = Field(8192, ge=64, description="Padded tokens per forward pass when scoring.")
+    packed: bool = Field(
+        True,
+        description="Score packed: sequences sharing a prefix (a turn and its segments' hindsight contexts) in one "
+        "prefix-tree row, the prefix computed once; false: the per-segment reference scorer (same numbers, slower).",
+    )
 
 
 class BaselineConfig(_Section):

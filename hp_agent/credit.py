@@ -10,6 +10,7 @@ b the historical baseline, w_j the normalized JSD weight of token j.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +53,42 @@ def chosen_logprobs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tens
     return picked - torch.logsumexp(logits, dim=-1)
 
 
+@functools.cache
+def compiled_jsd_kernel() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """:func:`jsd_from_logits` through ``torch.compile``: fused passes, no [n, V] temporaries.
+
+    Pays off at a large vocabulary (bench/jsd_memory.py compares it with eager at
+    V = 151,936), after a one-off compile of several seconds per process; at the tiny
+    model's V the compile costs more than it saves, hence off by default.
+    """
+    return torch.compile(jsd_from_logits, dynamic=True)
+
+
+def _rows_at_a_time(fn: Callable[..., torch.Tensor], tensors: tuple[torch.Tensor, ...], rows: int) -> torch.Tensor:
+    """``fn`` applied to ``rows`` leading rows of every tensor at a time, results concatenated."""
+    return torch.cat([fn(*(t[start : start + rows] for t in tensors)) for start in range(0, tensors[0].shape[0], rows)])
+
+
+def chunked_jsd_from_logits(
+    causal_logits: torch.Tensor,
+    hindsight_logits: torch.Tensor,
+    chunk_elements: int = 1 << 23,
+    compiled: bool = False,
+) -> torch.Tensor:
+    """:func:`jsd_from_logits` of [N, V] logits, ``max(1, chunk_elements // V)`` rows at a time.
+
+    The formula's temporaries (both views' log-probs, the mixture's, products) are
+    [rows, V] each, about 7 x 4 x ``chunk_elements`` bytes (224 MB by default) whatever N,
+    instead of 7 x 4 x N x V bytes (17 GB for N = 4,096 at Qwen3's V = 151,936).
+    ``compiled`` runs each chunk through :func:`compiled_jsd_kernel`. Returns [N].
+    """
+    if causal_logits.shape[0] == 0:
+        return causal_logits.new_zeros(0, dtype=torch.float32)
+    kernel = compiled_jsd_kernel() if compiled else jsd_from_logits
+    rows = max(1, chunk_elements // causal_logits.shape[-1])
+    return _rows_at_a_time(kernel, (causal_logits, hindsight_logits), rows)
+
+
 def chunked_logprobs(
     hidden: torch.Tensor,
     token_ids: torch.Tensor,
@@ -72,13 +109,19 @@ def jsd_weights_from_hidden(
     token_ids: torch.Tensor,
     project: Callable[[torch.Tensor], torch.Tensor],
     chunk_size: int = 1024,
+    chunk_elements: int = 1 << 23,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """JSD weights and causal log-probs of T tokens, from final hidden states.
 
     ``causal_hidden``, ``hindsight_hidden``: [T, H], the states that predict each token
     under the two contexts; ``token_ids``: [T]; ``project`` maps [n, H] to logits [n, V]
     (the LM head, with any temperature applied). Logits are made ``chunk_size`` tokens at
-    a time, so two full [T, V] tensors never exist at once (V is 151,936 for Qwen3).
+    a time (large enough for an efficient LM-head matmul), and the JSD and log-softmax of
+    each chunk are taken ``chunk_elements // V`` rows at a time (see
+    :func:`chunked_jsd_from_logits`). Peak extra memory is two [chunk_size, V] logit
+    tensors plus the row chunk's temporaries: about 1.5 GB at chunk_size 1,024 and
+    V = 151,936 in float32, never a [T, V] tensor.
 
     Returns ``(weights [T] in [0, 1], causal_logprobs [T])``.
     """
@@ -87,8 +130,9 @@ def jsd_weights_from_hidden(
         stop = start + chunk_size
         p_logits = project(causal_hidden[start:stop])
         q_logits = project(hindsight_hidden[start:stop])
-        weights.append(jsd_from_logits(p_logits, q_logits))
-        logprobs.append(chosen_logprobs(p_logits, token_ids[start:stop]))
+        weights.append(chunked_jsd_from_logits(p_logits, q_logits, chunk_elements, compiled))
+        rows = max(1, chunk_elements // p_logits.shape[-1])
+        logprobs.append(_rows_at_a_time(chosen_logprobs, (p_logits, token_ids[start:stop]), rows))
         del p_logits, q_logits
     if not weights:
         empty = causal_hidden.new_zeros(0, dtype=torch.float32)

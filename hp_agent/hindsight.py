@@ -11,7 +11,10 @@ The frozen generating policy scores each trajectory twice:
   realized future after the segment and the verifier's feedback, never a reference.
 
 The weight of token j is the normalized JSD between the two next-token distributions.
-This is the per-segment reference scorer: one forward pass per segment.
+Two scorers give the same numbers: the per-segment reference (one padded sequence per
+turn and per segment, ``ScoringOptions(packed=False)``) and the packed one (the default:
+sequences packed as prefix trees, so each segment's hindsight part attends to the causal
+prompt prefix it shares instead of recomputing it; see :mod:`hp_agent.packing`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 
 from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
+from hp_agent.packing import packed_span_hidden_states
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Segment, Trajectory, segments
 
@@ -99,50 +103,45 @@ def hindsight_messages(messages: list[dict[str, str]], block: str) -> list[dict[
 
 @dataclass(frozen=True)
 class ScoringOptions:
+    """How the snapshot scores trajectories; the trainer fills it from ``HindsightConfig``.
+
+    batch_tokens: padded tokens per forward pass (and, packed, the longest row).
+    packed:       True: the packed scorer, sequences as prefix-tree rows (see
+                  :mod:`hp_agent.packing`); False: the per-segment reference scorer, one
+                  padded sequence per turn and per segment. Both give the same numbers.
+    compile_jsd:  run the JSD chunk kernel through ``torch.compile`` (faster per chunk at
+                  a large vocabulary, after a one-off compile; see bench/jsd_memory.py).
+    """
+
     future_turns: int = 8
     max_block_tokens: int = 384
     max_segment_tokens: int = 128
     temperature: float = 1.0
     jsd_chunk_tokens: int = 1024
     batch_tokens: int = 8192
+    packed: bool = True
+    compile_jsd: bool = False
 
 
-@torch.no_grad()
-def score_trajectories(
-    policy: Policy, trajectories: list[Trajectory], options: ScoringOptions, with_hindsight: bool
-) -> list[TrajectoryScores]:
-    """Causal log-probs of every action token and, with hindsight, its JSD weight."""
-    policy.model.eval()
+def _hidden_states(
+    policy: Policy, sequences: list[list[int]], spans: list[tuple[int, int]], options: ScoringOptions
+) -> list[torch.Tensor]:
     pad_id = policy.tokenizer.pad_token_id or 0
+    if options.packed:
+        return packed_span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)
+    return span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)
 
-    def project(hidden: torch.Tensor) -> torch.Tensor:
-        return policy.project(hidden) / options.temperature
 
-    # Causal view: one sequence per turn.
-    turn_keys = [(i, t) for i, traj in enumerate(trajectories) for t, turn in enumerate(traj.turns) if turn.action_ids]
-    causal_seqs = [trajectories[i].turns[t].prompt_ids + trajectories[i].turns[t].action_ids for i, t in turn_keys]
-    causal_spans = [(len(trajectories[i].turns[t].prompt_ids), len(seq)) for (i, t), seq in zip(turn_keys, causal_seqs)]
-    causal_hidden = dict(
-        zip(turn_keys, span_hidden_states(policy, causal_seqs, causal_spans, options.batch_tokens, pad_id))
-    )
+def hindsight_sequences(
+    policy: Policy, trajectories: list[Trajectory], options: ScoringOptions
+) -> list[tuple[int, Segment, list[int]]]:
+    """``(trajectory index, segment, hindsight ids)`` for every segment of every trajectory.
 
-    scores = [
-        TrajectoryScores(
-            causal_logprobs=[torch.zeros(len(turn.action_ids)) for turn in traj.turns],
-            weights=[torch.zeros(len(turn.action_ids)) for turn in traj.turns] if with_hindsight else None,
-        )
-        for traj in trajectories
-    ]
-    if not with_hindsight:
-        for (i, t), hidden in causal_hidden.items():
-            ids = torch.tensor(trajectories[i].turns[t].action_ids)
-            scores[i].causal_logprobs[t] = chunked_logprobs(hidden, ids, project, options.jsd_chunk_tokens).cpu()
-        return scores
-
-    # Hindsight view: one sequence per segment; segments cover every action token.
-    keys: list[tuple[int, Segment]] = []
-    seqs: list[list[int]] = []
-    spans: list[tuple[int, int]] = []
+    The hindsight ids are the turn's prompt re-rendered with the segment's privileged
+    block, then the turn's action tokens up to the segment's end. Segments cover every
+    action token.
+    """
+    out: list[tuple[int, Segment, list[int]]] = []
     for i, traj in enumerate(trajectories):
         token_texts = [policy.decode_tokens(turn.action_ids) for turn in traj.turns]
         for segment in segments(traj, token_texts, options.max_segment_tokens):
@@ -151,15 +150,61 @@ def score_trajectories(
                 traj, segment, policy.tokenizer, options.future_turns, options.max_block_tokens, policy.decode
             )
             prompt = policy.render(hindsight_messages(turn.prompt_messages, block))
-            keys.append((i, segment))
-            seqs.append(prompt + turn.action_ids[: segment.end])
-            spans.append((len(prompt) + segment.start, len(prompt) + segment.end))
-    hindsight_hidden = span_hidden_states(policy, seqs, spans, options.batch_tokens, pad_id)
+            out.append((i, segment, prompt + turn.action_ids[: segment.end]))
+    return out
 
-    for (i, segment), q_hidden in zip(keys, hindsight_hidden, strict=True):
-        p_hidden = causal_hidden[(i, segment.turn)][segment.start : segment.end]
-        ids = torch.tensor(trajectories[i].turns[segment.turn].action_ids[segment.start : segment.end])
-        weights, logprobs = jsd_weights_from_hidden(p_hidden, q_hidden, ids, project, options.jsd_chunk_tokens)
-        scores[i].weights[segment.turn][segment.start : segment.end] = weights.cpu()
-        scores[i].causal_logprobs[segment.turn][segment.start : segment.end] = logprobs.cpu()
+
+@torch.no_grad()
+def score_trajectories(
+    policy: Policy, trajectories: list[Trajectory], options: ScoringOptions, with_hindsight: bool
+) -> list[TrajectoryScores]:
+    """Causal log-probs of every action token and, with hindsight, its JSD weight.
+
+    One hidden-state pass over all causal sequences (one per turn) and hindsight
+    sequences (one per segment) together, so that the packed scorer computes their shared
+    prefixes once; then the LM head and JSD over all scored tokens, a chunk at a time.
+    """
+    policy.model.eval()
+    scores = [
+        TrajectoryScores(
+            causal_logprobs=[torch.zeros(len(turn.action_ids)) for turn in traj.turns],
+            weights=[torch.zeros(len(turn.action_ids)) for turn in traj.turns] if with_hindsight else None,
+        )
+        for traj in trajectories
+    ]
+    turn_keys = [(i, t) for i, traj in enumerate(trajectories) for t, turn in enumerate(traj.turns) if turn.action_ids]
+    if not turn_keys:
+        return scores
+    turns = [trajectories[i].turns[t] for i, t in turn_keys]
+    sequences = [turn.prompt_ids + turn.action_ids for turn in turns]
+    spans = [(len(turn.prompt_ids), len(seq)) for turn, seq in zip(turns, sequences)]
+    hindsight = hindsight_sequences(policy, trajectories, options) if with_hindsight else []
+    sequences += [seq for _, _, seq in hindsight]
+    spans += [(len(seq) - (segment.end - segment.start), len(seq)) for _, segment, seq in hindsight]
+    hidden = _hidden_states(policy, sequences, spans, options)
+    causal_hidden = dict(zip(turn_keys, hidden[: len(turn_keys)]))
+    device = hidden[0].device
+
+    def project(states: torch.Tensor) -> torch.Tensor:
+        return policy.project(states) / options.temperature
+
+    if not with_hindsight:
+        ids = torch.tensor([token for turn in turns for token in turn.action_ids], device=device)
+        logprobs = chunked_logprobs(torch.cat(hidden), ids, project, options.jsd_chunk_tokens).cpu()
+        for (i, t), part in zip(turn_keys, logprobs.split([len(turn.action_ids) for turn in turns])):
+            scores[i].causal_logprobs[t] = part
+        return scores
+
+    causal = torch.cat([causal_hidden[(i, segment.turn)][segment.start : segment.end] for i, segment, _ in hindsight])
+    ids = torch.tensor(
+        [tok for i, seg, _ in hindsight for tok in trajectories[i].turns[seg.turn].action_ids[seg.start : seg.end]],
+        device=device,
+    )
+    weights, logprobs = jsd_weights_from_hidden(
+        causal, torch.cat(hidden[len(turn_keys) :]), ids, project, options.jsd_chunk_tokens, compiled=options.compile_jsd
+    )
+    sizes = [segment.end - segment.start for _, segment, _ in hindsight]
+    for (i, segment, _), w, lp in zip(hindsight, weights.cpu().split(sizes), logprobs.cpu().split(sizes), strict=True):
+        scores[i].weights[segment.turn][segment.start : segment.end] = w
+        scores[i].causal_logprobs[segment.turn][segment.start : segment.end] = lp
     return scores

@@ -182,6 +182,7 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         temperature=config.rollout.temperature,
         jsd_chunk_tokens=config.hindsight.jsd_chunk_tokens,
         batch_tokens=config.hindsight.score_batch_tokens,
+        packed=config.hindsight.packed,
     )
     start_step, totals = 0, {"zero_grad_records": 0, "grad_records": 0, "nonfinite_in_a_row": 0}
     if checkpoint is not None:

@@ -9,6 +9,7 @@ from scipy.spatial.distance import jensenshannon
 
 from hp_agent.credit import (
     HistoricalBaseline,
+    chunked_jsd_from_logits,
     chunked_logprobs,
     grpo_advantages,
     hp_rlvr_credit,
@@ -68,11 +69,41 @@ def test_chunked_jsd_equals_unchunked():
     ids = torch.randint(0, 40, (13,))
     with torch.no_grad():
         whole = jsd_from_logits(head(causal), head(hindsight))
-        weights, logprobs = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size=4)
         reference_lp = torch.log_softmax(head(causal), -1).gather(-1, ids[:, None]).squeeze(-1)
-        assert torch.allclose(weights, whole, atol=1e-6)
-        assert torch.allclose(logprobs, reference_lp, atol=1e-6)
+        # chunk_elements 120 -> 3 rows at a time inside each 4-token chunk; 1 -> one row at a time.
+        for chunk_size, chunk_elements in [(4, 1 << 23), (4, 120), (13, 1), (100, 40 * 5)]:
+            weights, logprobs = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size, chunk_elements)
+            assert torch.allclose(weights, whole, atol=1e-6)
+            assert torch.allclose(logprobs, reference_lp, atol=1e-6)
         assert torch.allclose(chunked_logprobs(causal, ids, head, chunk_size=5), reference_lp, atol=1e-6)
+        empty = jsd_weights_from_hidden(causal[:0], hindsight[:0], ids[:0], head)
+        assert empty[0].shape == empty[1].shape == (0,)
+
+
+@pytest.mark.parametrize("chunk_elements", [1, 50, 1 << 23])
+def test_chunked_jsd_from_logits_matches_the_formula_and_its_bounds(chunk_elements):
+    torch.manual_seed(1)
+    p, q = torch.randn(11, 30) * 3, torch.randn(11, 30) * 3
+    p[2, :10] = q[5, 3:] = -INF  # masked vocabulary
+    out = chunked_jsd_from_logits(p, q, chunk_elements)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, jsd_from_logits(p, q), atol=1e-6)
+    assert torch.allclose(chunked_jsd_from_logits(p, p, chunk_elements), torch.zeros(11), atol=1e-6)
+    disjoint_p = torch.tensor([[0.0, 1.0, -INF, -INF]] * 3)
+    disjoint_q = torch.tensor([[-INF, -INF, 2.0, 0.0]] * 3)
+    assert torch.allclose(chunked_jsd_from_logits(disjoint_p, disjoint_q, chunk_elements), torch.ones(3), atol=1e-6)
+    assert chunked_jsd_from_logits(p[:0], q[:0], chunk_elements).shape == (0,)
+
+
+@pytest.mark.slow
+def test_compiled_kernel_matches_eager():
+    torch.manual_seed(2)
+    p, q = torch.randn(7, 500) * 2, torch.randn(7, 500) * 2
+    p[0, 100:] = -INF
+    eager = chunked_jsd_from_logits(p, q, chunk_elements=1500)
+    compiled = chunked_jsd_from_logits(p, q, chunk_elements=1500, compiled=True)  # chunks of 3, 3 and 1 rows
+    assert torch.isfinite(compiled).all()
+    assert torch.allclose(compiled, eager, atol=1e-5)
 
 
 @pytest.mark.parametrize("reward,baseline", [(1.0, 0.3), (0.0, 0.3), (10.0, 2.5), (0.0, 0.0)])

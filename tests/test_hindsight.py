@@ -1,5 +1,7 @@
 """Hindsight: the privileged block, and scoring with the frozen snapshot."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -9,10 +11,12 @@ from hp_agent.hindsight import (
     BLOCK_HEADER,
     ScoringOptions,
     hindsight_messages,
+    hindsight_sequences,
     privileged_block,
     realized_future,
     score_trajectories,
 )
+from hp_agent.packing import pack_sequences
 from hp_agent.trajectory import Segment, Trajectory, Turn, segments
 
 RESPONSE = "First I add the numbers.\n\nThen I check the sum.\n\nSo the answer is \\boxed{7919}"
@@ -118,3 +122,67 @@ def test_hindsight_weights_are_bounded_and_informative(tiny_policy):
     for a, b in zip(scores, plain):
         for x, y in zip(a.causal_logprobs, b.causal_logprobs):
             assert torch.allclose(x, y, atol=1e-4)
+
+
+def _alfworld_like_trajectory(policy, turns=5):
+    """Multi-turn, verl-agent style: each prompt repeats the task, recent history, the
+    observation and a long list of admissible actions (hundreds of tokens)."""
+    places = [f"{name} {i}" for name in ("cabinet", "drawer", "countertop", "shelf", "fridge") for i in range(1, 8)]
+    made, history = [], []
+    for t in range(turns):
+        observation = f"You arrive at {places[t]}. On the {places[t]}, you see a mug {t + 1} and a plate {t + 2}."
+        recent = " ".join(f"[Observation {k + 1}: '{o}', Action {k + 1}: '{a}']" for k, (o, a) in enumerate(history[-2:]))
+        text = (f"You are an expert agent. Your task is to: put a clean mug in coffeemachine.\n"
+                f"Prior to this step, you have already taken {t} step(s). {recent}\n"
+                f"You are now at step {t + 1} and your current observation is: {observation}\n"
+                f"Your admissible actions of the current situation are: [{', '.join(f'go to {p}' for p in places)}].")
+        messages = [{"role": "system", "content": "You play household games."}, {"role": "user", "content": text}]
+        action_text = f"<think>The mug may be in {places[t + 1]}.</think>\n<action>go to {places[t + 1]}</action>"
+        action_ids = policy.tokenizer.encode(action_text, add_special_tokens=False) + [policy.eos_token_id]
+        made.append(Turn(messages, policy.render(messages), action_ids, [0.0] * len(action_ids), action_text,
+                         f"go to {places[t + 1]}", f"You arrive at {places[t + 1]}. Nothing happens."))
+        history.append((observation, action_text))
+    made[-1].observation = ""
+    return Trajectory("alfworld", "g7", "clean", made, reward=0.0, feedback="failure: not completed within 5 steps", success=False)
+
+
+def _max_difference(a, b, field):
+    return max((x - y).abs().max().item() for sa, sb in zip(a, b) for x, y in zip(getattr(sa, field), getattr(sb, field)))
+
+
+def _long_prompt_single_step(policy):
+    """A single-step task with a long statement: its segments' hindsight views share it."""
+    statement = " ".join(f"Rule {k}: the box {k} holds {k * 3} red and {k + 4} blue balls." for k in range(30))
+    messages = [{"role": "user", "content": f"{statement}\nHow many balls are there in all?"}]
+    response = "\n\n".join(f"Box {k} holds {4 * k + 4} balls." for k in range(6)) + "\n\nSo \\boxed{999}."
+    action_ids = policy.tokenizer.encode(response, add_special_tokens=False) + [policy.eos_token_id]
+    turn = Turn(messages, policy.render(messages), action_ids, [0.0] * len(action_ids), response, response)
+    return Trajectory("math", "boxes", "count", [turn], 0.0, "incorrect: final answer 999", False)
+
+
+@pytest.mark.parametrize("kind", ["multi_turn", "single_step"])
+def test_packed_scoring_equals_the_per_segment_reference(tiny_policy, kind):
+    if kind == "multi_turn":
+        trajectories = [_alfworld_like_trajectory(tiny_policy), _multi_turn_trajectory(tiny_policy)]
+        assert min(len(turn.prompt_ids) for turn in trajectories[0].turns) > 300
+    else:
+        long_response = "\n\n".join(f"Step {k}: add {k} and {k + 1} to get {2 * k + 1}." for k in range(5))
+        trajectories = [_math_trajectory(tiny_policy, long_response)[0], _long_prompt_single_step(tiny_policy)]
+        assert len(trajectories[1].turns[0].prompt_ids) > 300
+    options = ScoringOptions(max_segment_tokens=12, max_block_tokens=128)
+    packed = score_trajectories(tiny_policy, trajectories, replace(options, packed=True), with_hindsight=True)
+    reference = score_trajectories(tiny_policy, trajectories, replace(options, packed=False), with_hindsight=True)
+    assert _max_difference(packed, reference, "causal_logprobs") <= 1e-4
+    assert _max_difference(packed, reference, "weights") <= 1e-4
+    assert max(w.max().item() for score in reference for w in score.weights) > 1e-3  # not trivially zero
+    # Several segments per trajectory, and the packed rows share the long prompts' prefixes.
+    hindsight = hindsight_sequences(tiny_policy, trajectories, options)
+    assert all(sum(i == k for i, _, _ in hindsight) >= 4 for k in range(len(trajectories)))
+    long_prompted = 0 if kind == "multi_turn" else 1
+    sequences = [turn.prompt_ids + turn.action_ids for turn in trajectories[long_prompted].turns]
+    sequences += [seq for i, _, seq in hindsight if i == long_prompted]
+    rows, _ = pack_sequences(sequences, options.batch_tokens)
+    assert sum(len(row) for row in rows) < 0.8 * sum(len(s) for s in sequences)
+    # Without hindsight (GRPO's replay) the packed causal log-probs agree too.
+    plain = score_trajectories(tiny_policy, trajectories, options, with_hindsight=False)
+    assert _max_difference(plain, reference, "causal_logprobs") <= 1e-4
