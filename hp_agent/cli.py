@@ -37,6 +37,7 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
     name: Optional[str] = typer.Option(None, help="Run folder name under trainer.run_dir."),
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder from its last checkpoint."),
+    backend: Optional[str] = typer.Option(None, help="Rollout backend: hf or vllm (vllm needs .venv-vllm: `make test-vllm`)."),
 ) -> None:
     """Train a policy (no options: HP-RLVR on ALFWorld's train games with the embedded tiny model)."""
     _quiet_libraries()
@@ -49,6 +50,7 @@ def train(
     flags += [f"algo.name={algo}"] if algo else []
     flags += [f"trainer.steps={steps}"] if steps is not None else []
     flags += [f"trainer.name={name}"] if name else []
+    flags += [f"model.backend={backend}"] if backend else []
     try:
         if resume is not None:
             if not (resume / "config.yaml").is_file():
@@ -57,7 +59,7 @@ def train(
         else:
             cfg = load_config(config, flags + list(overrides or []))
         summary = run_training(cfg, resume=resume)
-    except (ConfigError, FileExistsError, FileNotFoundError, LookupError, TrainingError) as error:
+    except (ConfigError, FileExistsError, FileNotFoundError, ImportError, LookupError, TrainingError) as error:
         _fail(str(error))
         return
     final = summary.final_metrics

@@ -37,6 +37,11 @@ class ModelConfig(_Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Parameter dtype (bfloat16 on GPUs).")
     enable_thinking: bool = Field(False, description="Qwen3 chat templates: let the model open a <think> block.")
     device: str = Field("cpu", description="torch device for the policy, e.g. cpu or cuda.")
+    backend: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="Rollout backend: hf (transformers generate on the learner's model) or vllm (a vLLM engine holding a copy "
+        "of the weights, synced after every learner step; `make test-vllm` sets up .venv-vllm with it).",
+    )
 
 
 class AlgoConfig(_Section):

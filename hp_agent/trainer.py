@@ -151,7 +151,8 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         reset_timeout=config.env.reset_timeout,
     )
     model_name = str(checkpoint / "model") if checkpoint else config.model.name
-    policy = load_policy(model_name, config.model.dtype, config.model.device, config.model.enable_thinking)
+    policy = load_policy(model_name, config.model.dtype, config.model.device, config.model.enable_thinking,
+                         backend=config.model.backend)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
     save_config(config, run_dir / "config.yaml")
     low, high = envs.reward_bounds
@@ -236,8 +237,8 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
             started = time.perf_counter()
             records = learner.step(samples)
             times.add("time/train", time.perf_counter() - started)
-            # transformers backend: rollout and learner share one model, so there is nothing to sync.
-            times.add("time/weight_sync", 0.0)
+            # vllm: copy the updated weights into the rollout engine; hf shares the learner's model (0 s).
+            times.add("time/weight_sync", policy.sync_weights())
 
             # 5. bookkeeping
             train_metrics = _account_grad_records(records, totals, step, grad_log, config.learner.max_nonfinite_steps)

