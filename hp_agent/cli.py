@@ -80,7 +80,7 @@ def train(
 def eval_command(
     env: str = typer.Option("alfworld", help="Env name."),
     model: str = typer.Option("tiny", help="tiny, a model folder, or a run folder (its latest checkpoint)."),
-    split: Optional[str] = typer.Option(None, help="Split to evaluate: math train/test (default test); alfworld id/ood/train (default id)."),
+    split: Optional[str] = typer.Option(None, help="Split to evaluate: alfworld id/ood/train (default id); math and code train/test (default test)."),
     samples: int = typer.Option(1, help="Samples per task k (Avg@k, Pass@k)."),
     limit: Optional[int] = typer.Option(None, help="Only the first N tasks of the split."),
     greedy: bool = typer.Option(False, help="Greedy decoding instead of sampling."),

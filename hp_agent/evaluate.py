@@ -113,7 +113,7 @@ def score(trajectories: list[Trajectory], env: str, split: str, samples: int, po
 
 # The held-out split each built-in env is scored on when none is named; other envs get
 # their factory's default split.
-DEFAULT_EVAL_SPLITS = {"alfworld": "id", "math": "test"}
+DEFAULT_EVAL_SPLITS = {"alfworld": "id", "math": "test", "code": "test"}
 
 
 def evaluate(

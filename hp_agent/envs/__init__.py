@@ -64,5 +64,6 @@ def make(name: str, **kwargs) -> TextEnv:
 
 register("math", "hp_agent.envs.math:MathEnv")
 register("alfworld", "hp_agent.envs.alfworld.env:AlfworldEnv")
+register("code", "hp_agent.envs.code:CodeEnv")
 
 __all__ = ["TextEnv", "list_envs", "make", "register", "text_space"]

@@ -1,0 +1,129 @@
+"""Code tasks from a JSONL file in LiveCodeBench's layout (code_generation_lite).
+
+One JSON object per line:
+
+* ``question_content`` (required): the problem statement, examples included.
+* ``public_test_cases`` / ``private_test_cases`` (required): a JSON string (or a list) of
+  ``{"input", "output", "testtype"}`` with testtype ``functional`` or ``stdin``; one
+  testtype per problem; at least one test in all. Public tests are named in feedback.
+* ``metadata`` (functional problems): a JSON string (or object) with ``func_name``.
+* ``starter_code`` (optional): shown in the prompt, e.g. a ``class Solution`` stub.
+* ``question_id`` (optional): the task id; default ``<file stem>-<line>``.
+* ``difficulty`` (optional): easy / medium / hard, the task type (difficulty 1 / 2 / 3).
+* ``question_title``, ``platform``, ``contest_id``, ``contest_date`` (optional, unused).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hp_agent.envs.code.tasks import CodeTask, format_question
+from hp_agent.verifiers.code import TEST_KINDS, TestCase, parse_arguments
+
+_REQUIRED_KEYS = ("question_content", "public_test_cases", "private_test_cases")
+_OPTIONAL_KEYS = ("metadata", "starter_code", "question_id", "difficulty", "question_title", "platform", "contest_id",
+                  "contest_date")
+_VALID_KEYS = f"required keys: {', '.join(_REQUIRED_KEYS)}; optional keys: {', '.join(_OPTIONAL_KEYS)}"
+_DIFFICULTIES = {"easy": 1, "medium": 2, "hard": 3}
+
+
+def _decode(value: Any, key: str, where: str, expected: type) -> Any:
+    """A field that LiveCodeBench stores as a JSON string (or already decoded)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            hint = (" (LiveCodeBench's released private tests are base64 + zlib + pickle: decode them with its own "
+                    "loader first; pickles are never loaded here)" if key == "private_test_cases" else "")
+            raise ValueError(f"{where}: bad value for key {key!r}: not valid JSON ({err.msg}){hint}") from err
+    if not isinstance(value, expected):
+        raise ValueError(f"{where}: bad value for key {key!r}: expected a JSON {expected.__name__}, "
+                         f"got {type(value).__name__}")
+    return value
+
+
+def _tests(record: dict, key: str, where: str, public: bool) -> list[tuple[TestCase, str]]:
+    """(test, testtype) pairs of one test list, each checked."""
+    tests = []
+    for number, case in enumerate(_decode(record[key], key, where, list), start=1):
+        bad = f"{where}: bad value for key {key!r}: test {number}"
+        if not isinstance(case, dict) or not {"input", "output", "testtype"} <= set(case):
+            raise ValueError(f"{bad} must be an object with input, output and testtype")
+        if not isinstance(case["input"], str) or not isinstance(case["output"], str):
+            raise ValueError(f"{bad}: input and output must be strings")
+        if case["testtype"] not in TEST_KINDS:
+            raise ValueError(f"{bad} has testtype {case['testtype']!r}; valid testtypes: {', '.join(TEST_KINDS)}")
+        tests.append((TestCase(case["input"], case["output"], public), case["testtype"]))
+    return tests
+
+
+def _check_functional(tests: tuple[TestCase, ...], where: str) -> None:
+    for number, test in enumerate(tests, start=1):
+        try:
+            parse_arguments(test.input)
+            json.loads(test.output)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: functional test {number} (public first) is not JSON: {err.msg}; inputs hold "
+                             "one JSON value per line, outputs one JSON value") from err
+
+
+def _task_from_record(record: Any, where: str, default_id: str) -> CodeTask:
+    """Validate one parsed JSONL line; ``where`` is ``"path:line"`` for error messages."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}; {_VALID_KEYS}")
+    for key in _REQUIRED_KEYS:
+        if key not in record:
+            raise ValueError(f"{where}: missing key {key!r}; {_VALID_KEYS}")
+    unknown = sorted(set(record) - set(_REQUIRED_KEYS) - set(_OPTIONAL_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r}; {_VALID_KEYS}")
+    for key in ("question_content", "starter_code", "difficulty"):
+        if not isinstance(record.get(key, ""), str) or (key == "question_content" and not record[key].strip()):
+            raise ValueError(f"{where}: bad value for key {key!r}: {record.get(key)!r}; expected a non-empty string")
+    pairs = _tests(record, "public_test_cases", where, True) + _tests(record, "private_test_cases", where, False)
+    if not pairs:
+        raise ValueError(f"{where}: no tests: public_test_cases and private_test_cases are both empty")
+    kinds = sorted({kind for _, kind in pairs})
+    if len(kinds) > 1:
+        raise ValueError(f"{where}: tests mix testtypes {kinds}; a problem has one testtype")
+    kind, tests = kinds[0], tuple(test for test, _ in pairs)
+    func_name = None
+    if kind == "functional":
+        func_name = _decode(record.get("metadata", "{}"), "metadata", where, dict).get("func_name")
+        if not isinstance(func_name, str) or not func_name.isidentifier():
+            raise ValueError(f"{where}: bad value for key 'metadata': functional tests need "
+                             f"{{\"func_name\": <identifier>}}, got func_name {func_name!r}")
+        _check_functional(tests, where)
+    task_id = str(record.get("question_id", default_id))
+    difficulty = record.get("difficulty", "")
+    question = format_question(record["question_content"], kind, record.get("starter_code", ""))
+    return CodeTask(task_id, question, kind, tests, func_name, difficulty or "jsonl", _DIFFICULTIES.get(difficulty, 0))
+
+
+def load_jsonl_tasks(path: str | Path) -> list[CodeTask]:
+    """Tasks from a LiveCodeBench-layout JSONL file (see the module doc).
+
+    Blank lines are skipped; duplicate ids, unknown keys and bad values are errors that
+    name the file, the line and the key.
+    """
+    path = Path(path)
+    tasks: list[CodeTask] = []
+    first_line: dict[str, int] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: invalid JSON ({err.msg}); expected one object per line; {_VALID_KEYS}") from err
+        task = _task_from_record(record, where, f"{path.stem}-{lineno}")
+        if task.id in first_line:
+            raise ValueError(f"{where}: duplicate id {task.id!r} (first used on line {first_line[task.id]})")
+        first_line[task.id] = lineno
+        tasks.append(task)
+    if not tasks:
+        raise ValueError(f"{path}: no tasks found; expected one JSON object per line with {_VALID_KEYS}")
+    return tasks
