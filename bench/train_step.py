@@ -44,6 +44,9 @@ def run_once(algo: str, group: int, args: argparse.Namespace, run_dir: Path, ind
 
 
 def main() -> None:
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="alfworld")
     parser.add_argument("--env-kwargs", default='{"max_steps": 10}', help="JSON env kwargs (CPU-scale episode length)")
