@@ -82,3 +82,14 @@ class TextEnv(gym.Env[str, str]):
         """The task a ``reset(seed=seed)`` without a task id plays."""
         ids = self.task_ids()
         return ids[seed % len(ids)]
+
+    def task_id_for_reset(self, seed: int | None, options: dict[str, Any] | None) -> str:
+        """The task a ``reset`` plays: ``options["task_id"]``, else the seed's task, else a
+        random one (from ``np_random``, so call it after ``super().reset(seed=seed)``)."""
+        task_id = (options or {}).get("task_id")
+        if task_id is not None:
+            return task_id
+        if seed is not None:
+            return self.task_id_for_seed(seed)
+        ids = self.task_ids()
+        return ids[int(self.np_random.integers(len(ids)))]

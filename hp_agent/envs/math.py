@@ -65,11 +65,7 @@ class MathEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode on ``options["task_id"]``, else the seed's task, else a random one."""
         super().reset(seed=seed)
-        task_id = (options or {}).get("task_id")
-        if task_id is None:
-            ids = self.task_ids()
-            task_id = self.task_id_for_seed(seed) if seed is not None else ids[self.np_random.integers(len(ids))]
-        self._task = self._lookup(task_id)
+        self._task = self._lookup(self.task_id_for_reset(seed, options))
         self._done = False
         info = {"task_id": self._task.id, "task_type": self._task.task_type, "difficulty": self._task.difficulty}
         return self._task.question, info

@@ -224,11 +224,7 @@ class AlfworldEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start ``options["task_id"]``, else the seed's game, else a random one."""
         super().reset(seed=seed)
-        task_id = (options or {}).get("task_id")
-        if task_id is None:
-            ids = self.task_ids()
-            task_id = self.task_id_for_seed(seed) if seed is not None else ids[int(self.np_random.integers(len(ids)))]
-        game = self.game(task_id)
+        game = self.game(self.task_id_for_reset(seed, options))
         engine = self._load(game)
         start = engine.reset(seed=int(self.np_random.integers(2**31 - 1)))
         self._episode = _Episode(game=game, task=task_description(start.feedback), feedback=start.feedback,
