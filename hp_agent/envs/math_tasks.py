@@ -11,7 +11,6 @@ share a question, whatever the seed or the sizes asked for.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from fractions import Fraction
 from math import gcd
 from pathlib import Path
 from typing import Any
+
+from hp_agent.envs.task_files import read_task_file
 
 SPLITS = ("train", "test")
 DEFAULT_SIZES = {"train": 2000, "test": 200}
@@ -399,22 +400,4 @@ def load_jsonl_tasks(path: str | Path) -> list[MathTask]:
     Blank lines are skipped; duplicate ids, unknown keys and bad values are errors that
     name the file and line.
     """
-    path = Path(path)
-    tasks: list[MathTask] = []
-    first_line: dict[str, int] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: invalid JSON ({err.msg}); expected one object per line; {_VALID_KEYS}") from err
-        task = _task_from_record(record, where)
-        if task.id in first_line:
-            raise ValueError(f"{where}: duplicate id {task.id!r} (first used on line {first_line[task.id]})")
-        first_line[task.id] = lineno
-        tasks.append(task)
-    if not tasks:
-        raise ValueError(f"{path}: no tasks found; expected one JSON object per line with {_VALID_KEYS}")
-    return tasks
+    return read_task_file(path, lambda record, where, _lineno: _task_from_record(record, where), _VALID_KEYS)

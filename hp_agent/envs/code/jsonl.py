@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hp_agent.envs.code.tasks import CodeTask, format_question
+from hp_agent.envs.task_files import read_task_file
 from hp_agent.verifiers.code import TEST_KINDS, TestCase, parse_arguments
 
 _REQUIRED_KEYS = ("question_content", "public_test_cases", "private_test_cases")
@@ -109,21 +110,5 @@ def load_jsonl_tasks(path: str | Path) -> list[CodeTask]:
     name the file, the line and the key.
     """
     path = Path(path)
-    tasks: list[CodeTask] = []
-    first_line: dict[str, int] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: invalid JSON ({err.msg}); expected one object per line; {_VALID_KEYS}") from err
-        task = _task_from_record(record, where, f"{path.stem}-{lineno}")
-        if task.id in first_line:
-            raise ValueError(f"{where}: duplicate id {task.id!r} (first used on line {first_line[task.id]})")
-        first_line[task.id] = lineno
-        tasks.append(task)
-    if not tasks:
-        raise ValueError(f"{path}: no tasks found; expected one JSON object per line with {_VALID_KEYS}")
-    return tasks
+    return read_task_file(path, lambda record, where, lineno: _task_from_record(record, where, f"{path.stem}-{lineno}"),
+                          _VALID_KEYS)
