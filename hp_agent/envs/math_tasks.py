@@ -19,7 +19,7 @@ from math import gcd
 from pathlib import Path
 from typing import Any
 
-from hp_agent.envs.task_files import read_task_file
+from hp_agent.envs.task_files import check_record_keys, read_task_file
 
 SPLITS = ("train", "test")
 DEFAULT_SIZES = {"train": 2000, "test": 200}
@@ -374,14 +374,7 @@ _VALID_KEYS = (f"required keys: {', '.join(_REQUIRED_KEYS)}; optional keys: "
 
 def _task_from_record(record: Any, where: str) -> MathTask:
     """Validate one parsed JSONL line; ``where`` is ``"path:line"`` for error messages."""
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}; {_VALID_KEYS}")
-    for key in _REQUIRED_KEYS:
-        if key not in record:
-            raise ValueError(f"{where}: missing key {key!r}; {_VALID_KEYS}")
-    unknown = sorted(set(record) - set(_REQUIRED_KEYS) - set(_OPTIONAL_KEYS))
-    if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r}; {_VALID_KEYS}")
+    record = check_record_keys(record, where, _REQUIRED_KEYS, _OPTIONAL_KEYS, _VALID_KEYS)
     values = {**_OPTIONAL_KEYS, **record}
     for key, types in _KEY_TYPES.items():
         value = values[key]

@@ -6,9 +6,9 @@ Shared by the single-step envs (math, code); each turns a record into its own ta
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 
 class _HasId(Protocol):
@@ -43,3 +43,18 @@ def read_task_file(path: str | Path, make_task: Callable[[dict, str, int], TaskT
     if not tasks:
         raise ValueError(f"{path}: no tasks found; expected one JSON object per line with {valid_keys}")
     return tasks
+
+
+def check_record_keys(record: Any, where: str, required: Collection[str], optional: Collection[str],
+                      valid_keys: str) -> dict:
+    """``record`` if it is an object with every ``required`` key and no key outside
+    ``required`` and ``optional``; else an error naming ``where`` and the bad key."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}; {valid_keys}")
+    for key in required:
+        if key not in record:
+            raise ValueError(f"{where}: missing key {key!r}; {valid_keys}")
+    unknown = sorted(set(record) - set(required) - set(optional))
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r}; {valid_keys}")
+    return record

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hp_agent.envs.code.tasks import CodeTask, format_question
-from hp_agent.envs.task_files import read_task_file
+from hp_agent.envs.task_files import check_record_keys, read_task_file
 from hp_agent.verifiers.code import TEST_KINDS, TestCase, parse_arguments
 
 _REQUIRED_KEYS = ("question_content", "public_test_cases", "private_test_cases")
@@ -72,14 +72,7 @@ def _check_functional(tests: tuple[TestCase, ...], where: str) -> None:
 
 def _task_from_record(record: Any, where: str, default_id: str) -> CodeTask:
     """Validate one parsed JSONL line; ``where`` is ``"path:line"`` for error messages."""
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}; {_VALID_KEYS}")
-    for key in _REQUIRED_KEYS:
-        if key not in record:
-            raise ValueError(f"{where}: missing key {key!r}; {_VALID_KEYS}")
-    unknown = sorted(set(record) - set(_REQUIRED_KEYS) - set(_OPTIONAL_KEYS))
-    if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r}; {_VALID_KEYS}")
+    record = check_record_keys(record, where, _REQUIRED_KEYS, _OPTIONAL_KEYS, _VALID_KEYS)
     for key in ("question_content", "starter_code", "difficulty"):
         if not isinstance(record.get(key, ""), str) or (key == "question_content" and not record[key].strip()):
             raise ValueError(f"{where}: bad value for key {key!r}: {record.get(key)!r}; expected a non-empty string")
