@@ -42,6 +42,13 @@ class ModelConfig(_Section):
         description="Rollout backend: hf (transformers generate on the learner's model) or vllm (a vLLM engine holding a copy "
         "of the weights, synced after every learner step; `make test-vllm` sets up .venv-vllm with it).",
     )
+    prefix_cache_tokens: int = Field(
+        32_768,
+        ge=0,
+        description="hf backend: keep keys and values of up to this many recently sampled tokens, so that a later prompt "
+        "starting with them (the next turn of a chat-history episode) runs only its new tokens; 0 turns reuse off. "
+        "vllm caches prefixes in its own KV cache.",
+    )
 
 
 class AlgoConfig(_Section):

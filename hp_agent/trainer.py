@@ -152,7 +152,7 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
     )
     model_name = str(checkpoint / "model") if checkpoint else config.model.name
     policy = load_policy(model_name, config.model.dtype, config.model.device, config.model.enable_thinking,
-                         backend=config.model.backend)
+                         backend=config.model.backend, prefix_cache_tokens=config.model.prefix_cache_tokens)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
     save_config(config, run_dir / "config.yaml")
     low, high = envs.reward_bounds

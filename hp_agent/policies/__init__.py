@@ -79,12 +79,18 @@ BACKENDS: dict[str, str] = {
 
 
 def load_policy(
-    name: str, dtype: str = "float32", device: str = "cpu", enable_thinking: bool = False, backend: str = "hf"
+    name: str,
+    dtype: str = "float32",
+    device: str = "cpu",
+    enable_thinking: bool = False,
+    backend: str = "hf",
+    prefix_cache_tokens: int | None = None,
 ) -> Policy:
     """Load a policy from ``tiny``, a local folder, a run folder or a cached hub id.
 
     ``backend``: a key of :data:`BACKENDS`. ``"vllm"`` raises ImportError, with the
     command that builds its environment, where the ``vllm`` package is missing.
+    ``prefix_cache_tokens``: the hf backend's prefix-cache budget (None: its default).
     """
     from importlib import import_module
 
@@ -95,7 +101,10 @@ def load_policy(
         raise ValueError(f"unknown policy backend {backend!r}; valid backends: {', '.join(sorted(BACKENDS))}")
     module_name, _, class_name = BACKENDS[backend].partition(":")
     policy_class = getattr(import_module(module_name), class_name)
-    return policy_class(resolve_model(model_source(name)), dtype=dtype, device=device, enable_thinking=enable_thinking)
+    options = {} if prefix_cache_tokens is None else {"prefix_cache_tokens": prefix_cache_tokens}
+    return policy_class(
+        resolve_model(model_source(name)), dtype=dtype, device=device, enable_thinking=enable_thinking, **options
+    )
 
 
 __all__ = ["BACKENDS", "Generation", "Policy", "SamplingParams", "load_policy"]

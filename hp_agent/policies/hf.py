@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from hp_agent.policies import Generation, SamplingParams
+from hp_agent.policies.prefix_cache import PrefixCache, batch_past, row_sequence
+
+DEFAULT_PREFIX_CACHE_TOKENS = 32_768
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -17,9 +20,18 @@ class HFPolicy:
 
     ``enable_thinking`` is passed to the chat template: Qwen3 templates open an empty
     ``<think></think>`` block when it is False, so the model answers directly.
+    ``prefix_cache_tokens``: keys and values of up to this many recently sampled tokens
+    are kept for later prompts that begin with them (0: none).
     """
 
-    def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu", enable_thinking: bool = False):
+    def __init__(
+        self,
+        path: str | Path,
+        dtype: str = "float32",
+        device: str = "cpu",
+        enable_thinking: bool = False,
+        prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
+    ):
         self.path = Path(path)
         self.device = torch.device(device)
         self.enable_thinking = enable_thinking
@@ -29,6 +41,7 @@ class HFPolicy:
         self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=_DTYPES[dtype]).to(self.device)
         self.eos_token_id = self.tokenizer.eos_token_id
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_token_id
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         text = self.tokenizer.apply_chat_template(
@@ -44,35 +57,84 @@ class HFPolicy:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        """Sample a batch of left-padded prompts; log-probs are those of the sampler."""
+        """Sample a batch of prompts; log-probs are those of the sampler (after temperature
+        and top-p; greedy: the model's own).
+
+        Each prompt reuses the keys and values of the longest prefix it shares with a
+        recently sampled sequence (:mod:`hp_agent.policies.prefix_cache`); only the rest
+        is run. Row layout in the attention window: [padding | reused | padding | new
+        prompt tokens | sampled tokens], with explicit positions, so every token sees its
+        own sequence only, at its own positions.
+        """
         if not prompts:
             return []
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt) :] = 1
-        config = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens,
-            do_sample=not sampling.greedy,
-            temperature=None if sampling.greedy else sampling.temperature,
-            top_p=None if sampling.greedy else sampling.top_p,
-            top_k=0,  # 0 disables top-k; None would fall back to the model default (often 50)
-            eos_token_id=self.eos_token_id,
-            pad_token_id=self.pad_token_id,
-            return_dict_in_generate=True,
-            output_scores=True,
-        )
         self.model.eval()
-        out = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device), generation_config=config
-        )
-        new_ids = out.sequences[:, width:].cpu()
-        # scores[t]: [B, V] logits after temperature and top-p, i.e. the sampling distribution.
-        logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1).cpu()
-        chosen = logprobs.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
-        return [self._trim(new_ids[row], chosen[row]) for row in range(len(prompts))]
+        self.prefix_cache.check_weights(self.model)
+        hits = [self.prefix_cache.lookup(prompt) for prompt in prompts]
+        cache, reused_width = batch_past(hits)
+        suffixes = [prompt[reused:] for prompt, (_, reused) in zip(prompts, hits)]
+        width = max(len(suffix) for suffix in suffixes)
+        rows = len(prompts)
+        input_ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
+        position_ids = torch.zeros((rows, width), dtype=torch.long)
+        attention_mask = torch.zeros((rows, reused_width + width), dtype=torch.long)
+        for row, (suffix, (_, reused)) in enumerate(zip(suffixes, hits)):
+            input_ids[row, width - len(suffix) :] = torch.tensor(suffix)
+            position_ids[row, width - len(suffix) :] = torch.arange(reused, reused + len(suffix))
+            attention_mask[row, reused_width - reused : reused_width] = 1
+            attention_mask[row, reused_width + width - len(suffix) :] = 1
+        sampled, sampled_logprobs = self._sample(input_ids, position_ids, attention_mask, cache, sampling)
+        generations = [self._trim(sampled[row], sampled_logprobs[row]) for row in range(rows)]
+        # The cache now holds keys and values of every sampled token but the last.
+        computed = sampled.shape[1] - 1
+        for row, (prompt, suffix, (_, reused), generation) in enumerate(zip(prompts, suffixes, hits, generations)):
+            answer = generation.token_ids[:computed]
+            slots = torch.cat([
+                torch.arange(reused_width - reused, reused_width),
+                torch.arange(reused_width + width - len(suffix), reused_width + width + len(answer)),
+            ])
+            self.prefix_cache.store(row_sequence(cache, row, slots, prompt + answer))
+        return generations
+
+    def _sample(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: DynamicCache,
+        sampling: SamplingParams,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-by-token sampling until every row ends its turn; returns the sampled ids
+        [B, N] and their log-probs [B, N] (rows that ended early continue, ignored)."""
+        device = self.device
+        finished = torch.zeros(len(input_ids), dtype=torch.bool)
+        tokens, logprobs = [], []
+        for _ in range(sampling.max_new_tokens):
+            out = self.model(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                position_ids=position_ids.to(device),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            scores = out.logits[:, -1].float().cpu()
+            if not sampling.greedy:
+                scores = top_p_filter(scores / sampling.temperature, sampling.top_p)
+            step_logprobs = torch.log_softmax(scores, dim=-1)
+            if sampling.greedy:
+                chosen = scores.argmax(dim=-1)
+            else:
+                chosen = torch.multinomial(step_logprobs.exp(), num_samples=1).squeeze(-1)
+            tokens.append(chosen)
+            logprobs.append(step_logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
+            finished |= chosen == self.eos_token_id
+            if bool(finished.all()):
+                break
+            input_ids = chosen.unsqueeze(-1)
+            position_ids = position_ids[:, -1:] + 1
+            attention_mask = torch.cat([attention_mask, torch.ones((len(input_ids), 1), dtype=torch.long)], dim=1)
+        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
 
     def _trim(self, ids: torch.Tensor, logprobs: torch.Tensor) -> Generation:
         token_ids = ids.tolist()
@@ -90,5 +152,18 @@ class HFPolicy:
         return self.model.get_output_embeddings()(hidden)
 
     def sync_weights(self) -> float:
-        """Nothing to copy: ``generate`` samples from the learner's own ``model``."""
+        """Nothing to copy: ``generate`` samples from the learner's own ``model`` (and
+        its prefix cache empties itself once the weights change)."""
         return 0.0
+
+
+def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter on [B, V] scores: keep the most likely tokens whose probabilities
+    sum to at least ``top_p`` (always the top one); the rest get -inf."""
+    if top_p >= 1.0:
+        return scores
+    sorted_scores, order = torch.sort(scores, dim=-1)
+    tail_mass = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = tail_mass <= 1.0 - top_p
+    drop_sorted[:, -1] = False
+    return scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))

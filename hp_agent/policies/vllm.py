@@ -81,6 +81,8 @@ class VLLMPolicy(HFPolicy):
     transformers copy and its optimizer state need the rest.
     ``engine_kwargs``: any further ``vllm.LLM`` arguments, overriding the ones below
     (e.g. ``{"enforce_eager": False}`` for CUDA graphs on a GPU).
+    ``prefix_cache_tokens``: the hf backend's option, taken and unused: prefixes live in
+    the engine's KV cache (``kv_cache_gb``).
 
     Sampling draws from torch's global generator, as HFPolicy's does, so a seeded
     trainer samples reproducibly; the engine's start-up re-seeding of the global
@@ -98,8 +100,11 @@ class VLLMPolicy(HFPolicy):
         kv_cache_gb: float = 1.0,
         gpu_memory_utilization: float = 0.4,
         engine_kwargs: dict | None = None,
+        prefix_cache_tokens: int = 0,
     ):
-        super().__init__(path, dtype=dtype, device=device, enable_thinking=enable_thinking)
+        # The engine caches prefixes in its own KV cache; the transformers copy never samples.
+        del prefix_cache_tokens
+        super().__init__(path, dtype=dtype, device=device, enable_thinking=enable_thinking, prefix_cache_tokens=0)
         options = dict(
             model=str(self.path),
             dtype=dtype,
