@@ -16,7 +16,8 @@ rollout makes.
 
 Both backends are measured in the same process, in turns (``--repeats`` times each, a
 new set of episodes per repeat), after an untimed warm-up. vLLM's prefix cache is
-emptied before each repeat, so it only reuses prefixes within a rollout. Throughput is
+emptied before each repeat, as is the transformers backend's (its ``prefix_cache``), so
+both only reuse prefixes within a rollout. Throughput is
 sampled tokens per second of ``generate`` wall time; the ratio is of the medians.
 Both use ``--threads`` threads. The weight sync (``VLLMPolicy.sync_weights``) is timed
 too, since the vLLM backend pays it once per learner step.
@@ -151,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, policy in policies.items():
                 if name == "vllm":
                     policy.llm.reset_prefix_cache()
+                else:
+                    policy.prefix_cache.clear()
                 rows[name].append(measure(policy, prompts, sampling))
         sync_seconds = [policies["vllm"].sync_weights() for _ in range(3)]
         parameters = sum(p.numel() for p in policies["hf"].model.parameters())

@@ -14,7 +14,9 @@ The weight of token j is the normalized JSD between the two next-token distribut
 Two scorers give the same numbers: the per-segment reference (one padded sequence per
 turn and per segment, ``ScoringOptions(packed=False)``) and the packed one (the default:
 sequences packed as prefix trees, so each segment's hindsight part attends to the causal
-prompt prefix it shares instead of recomputing it; see :mod:`hp_agent.packing`).
+prompt prefix it shares instead of recomputing it; see :mod:`hp_agent.packing`). Right
+after a rollout on the transformers backend, the packed scorer also takes the prompts'
+keys and values from the policy's prefix cache instead of running them again.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def _hidden_states(
 ) -> list[torch.Tensor]:
     pad_id = policy.tokenizer.pad_token_id or 0
     if options.packed:
-        return packed_span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)
+        return packed_span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id, policy.prefix_cache)
     return span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)
 
 

@@ -15,6 +15,10 @@ of a plain forward pass of the sequence, up to float summation order.
 
     sequences  a b c X Y        row  a b c X Y Z W      positions 0 1 2 3 4 3 4
                a b c Z W   ->   (Z attends a b c Z; never X Y)
+
+A row's opening (the nodes every sequence in it begins with) may come from a
+:class:`~hp_agent.policies.prefix_cache.PrefixCache` instead: its keys and values are
+passed as past keys and values, and only the rest of the row runs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import torch
 
 from hp_agent.batching import token_budget_batches
 from hp_agent.policies import Policy
+from hp_agent.policies.prefix_cache import CachedSequence, PrefixCache, batch_past
 
 # Attention implementations that add a custom 4-D float mask to the attention scores
 # (transformers' masking_utils returns a 4-D mask as is; flash-attention would ignore it).
@@ -142,19 +147,35 @@ def _check_masked_attention(model: torch.nn.Module) -> None:
         )
 
 
+def _reusable_root(
+    row: PackedRow, placements: list[list[int]], starts: list[int], prefix_cache: PrefixCache | None
+) -> tuple[CachedSequence | None, int]:
+    """Keys and values a cached sequence holds for the start of ``row``: at most the
+    nodes every sequence of the row begins with (they head every node's ancestry) and
+    none whose own hidden state a span needs (span ``[a, b)`` needs node ``a - 1``)."""
+    if prefix_cache is None:
+        return None, 0
+    shared = min(next((k for k, node in enumerate(nodes) if node != k), len(nodes)) for nodes in placements)
+    limit = min(shared, min(starts) - 1)
+    return prefix_cache.lookup(row.token_ids[: limit + 1]) if limit > 0 else (None, 0)
+
+
 def packed_span_hidden_states(
     policy: Policy,
     sequences: Sequence[Sequence[int]],
     spans: Sequence[tuple[int, int]],
     max_tokens: int,
     pad_id: int,
+    prefix_cache: PrefixCache | None = None,
 ) -> list[torch.Tensor]:
     """Like :func:`hp_agent.batching.span_hidden_states`, with shared prefixes computed once.
 
     Sequences are packed into prefix-tree rows (:func:`pack_sequences`), and rows into
     forward passes, of at most ``max_tokens`` tokens (padding included). Returns, for
     ``spans[i] = (a, b)``, the hidden states [b - a, H] that predict ``sequences[i][a:b]``.
-    Runs under the caller's grad mode.
+    With ``prefix_cache`` (no grad: cached keys and values carry none), a row whose
+    opening the cache holds, e.g. a turn's prompt kept from its rollout, runs only the
+    rest of its nodes. Runs under the caller's grad mode.
     """
     for (start, end), sequence in zip(spans, sequences, strict=True):
         if not 1 <= start <= end <= len(sequence):
@@ -167,25 +188,36 @@ def packed_span_hidden_states(
     members: list[list[int]] = [[] for _ in rows]
     for index, (row, _) in enumerate(placements):
         members[row].append(index)
+    if prefix_cache is not None:
+        prefix_cache.check_weights(model)
+    roots = [
+        _reusable_root(rows[r], [placements[i][1] for i in members[r]], [spans[i][0] for i in members[r]], prefix_cache)
+        for r in range(len(rows))
+    ]
     out: list[torch.Tensor | None] = [None] * len(sequences)
-    for batch in token_budget_batches([len(row) for row in rows], max_tokens):
-        width = max(len(rows[r]) for r in batch)
+    for batch in token_budget_batches([len(rows[r]) - roots[r][1] for r in range(len(rows))], max_tokens):
+        past, past_width = batch_past([roots[r] for r in batch])
+        width = max(len(rows[r]) - roots[r][1] for r in batch)
         input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         position_ids = torch.zeros((len(batch), width), dtype=torch.long)
-        bias = torch.empty((len(batch), 1, width, width), dtype=parameter.dtype)
+        bias = torch.full((len(batch), 1, width, past_width + width), float("-inf"), dtype=parameter.dtype)
         for b, r in enumerate(batch):
-            input_ids[b, : len(rows[r])] = torch.tensor(rows[r].token_ids)
-            position_ids[b, : len(rows[r])] = torch.tensor(rows[r].positions)
-            bias[b, 0] = attention_bias(rows[r], width, parameter.dtype)
+            row, reused = rows[r], roots[r][1]
+            input_ids[b, : len(row) - reused] = torch.tensor(row.token_ids[reused:])
+            position_ids[b, : len(row) - reused] = torch.tensor(row.positions[reused:])
+            bias[b, 0, :, past_width:] = attention_bias(row, reused + width, parameter.dtype)[reused:, reused:]
+            bias[b, 0, : len(row) - reused, past_width - reused : past_width] = 0.0  # the reused nodes: everyone's ancestors
         hidden = decoder(
             input_ids=input_ids.to(parameter.device),
             attention_mask=bias.to(parameter.device),
             position_ids=position_ids.to(parameter.device),
+            past_key_values=past if past_width else None,
             use_cache=False,
         ).last_hidden_state
         for b, r in enumerate(batch):
             for index in members[r]:
                 start, end = spans[index]
                 nodes = placements[index][1][start - 1 : end - 1]  # position i predicts token i + 1
-                out[index] = hidden[b, torch.tensor(nodes, dtype=torch.long, device=hidden.device)]
+                local = torch.tensor(nodes, dtype=torch.long, device=hidden.device) - roots[r][1]
+                out[index] = hidden[b, local]
     return out  # type: ignore[return-value]

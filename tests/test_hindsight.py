@@ -17,6 +17,7 @@ from hp_agent.hindsight import (
     score_trajectories,
 )
 from hp_agent.packing import pack_sequences
+from hp_agent.policies import SamplingParams
 from hp_agent.trajectory import Segment, Trajectory, Turn, segments
 
 RESPONSE = "First I add the numbers.\n\nThen I check the sum.\n\nSo the answer is \\boxed{7919}"
@@ -186,3 +187,25 @@ def test_packed_scoring_equals_the_per_segment_reference(tiny_policy, kind):
     # Without hindsight (GRPO's replay) the packed causal log-probs agree too.
     plain = score_trajectories(tiny_policy, trajectories, options, with_hindsight=False)
     assert _max_difference(plain, reference, "causal_logprobs") <= 1e-4
+
+
+def test_scoring_after_a_rollout_reuses_its_prompts_keys_and_values(tiny_policy, monkeypatch):
+    """As in training: the prompts were just sampled from, so the prefix cache holds
+    them; packed scoring runs only what follows them and still equals the reference."""
+    import hp_agent.packing as packing
+
+    trajectories = [_alfworld_like_trajectory(tiny_policy), _multi_turn_trajectory(tiny_policy)]
+    options = ScoringOptions(max_segment_tokens=12, max_block_tokens=128)
+    reference = score_trajectories(tiny_policy, trajectories, replace(options, packed=False), with_hindsight=True)
+    tiny_policy.prefix_cache.clear()
+    prompts = [turn.prompt_ids for traj in trajectories for turn in traj.turns]
+    tiny_policy.generate(prompts, SamplingParams(max_new_tokens=2, greedy=True))
+    reused_widths = []
+    original_batch_past = packing.batch_past
+    monkeypatch.setattr(packing, "batch_past", lambda hits: reused_widths.append(max(n for _, n in hits)) or original_batch_past(hits))
+    for with_hindsight in (True, False):
+        packed = score_trajectories(tiny_policy, trajectories, options, with_hindsight=with_hindsight)
+        assert _max_difference(packed, reference, "causal_logprobs") <= 1e-4
+        if with_hindsight:
+            assert _max_difference(packed, reference, "weights") <= 1e-4
+    assert max(reused_widths) > 300  # the long ALFWorld prompts came from the cache

@@ -15,6 +15,8 @@ from typing import Protocol
 
 import torch
 
+from hp_agent.policies.prefix_cache import PrefixCache
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -40,6 +42,9 @@ class Policy(Protocol):
 
     model: torch.nn.Module
     tokenizer: object
+    # Keys and values of recently sampled sequences, which scoring may reuse too
+    # (an empty ``PrefixCache(0)`` where the backend keeps its own, as vLLM does).
+    prefix_cache: PrefixCache
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """Chat messages -> prompt ids ending with the assistant generation prompt."""

@@ -105,20 +105,21 @@ class HFPolicy:
         sampling: SamplingParams,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-by-token sampling until every row ends its turn; returns the sampled ids
-        [B, N] and their log-probs [B, N] (rows that ended early continue, ignored)."""
+        [B, N] and their log-probs [B, N] on the CPU (rows that ended early go on, ignored)."""
         device = self.device
-        finished = torch.zeros(len(input_ids), dtype=torch.bool)
+        input_ids, position_ids, attention_mask = input_ids.to(device), position_ids.to(device), attention_mask.to(device)
+        finished = torch.zeros(len(input_ids), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         for _ in range(sampling.max_new_tokens):
             out = self.model(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                position_ids=position_ids.to(device),
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
-            scores = out.logits[:, -1].float().cpu()
+            scores = out.logits[:, -1].float()
             if not sampling.greedy:
                 scores = top_p_filter(scores / sampling.temperature, sampling.top_p)
             step_logprobs = torch.log_softmax(scores, dim=-1)
@@ -133,8 +134,8 @@ class HFPolicy:
                 break
             input_ids = chosen.unsqueeze(-1)
             position_ids = position_ids[:, -1:] + 1
-            attention_mask = torch.cat([attention_mask, torch.ones((len(input_ids), 1), dtype=torch.long)], dim=1)
-        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(input_ids), 1))], dim=1)
+        return torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1).cpu()
 
     def _trim(self, ids: torch.Tensor, logprobs: torch.Tensor) -> Generation:
         token_ids = ids.tolist()
