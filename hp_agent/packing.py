@@ -16,9 +16,9 @@ of a plain forward pass of the sequence, up to float summation order.
     sequences  a b c X Y        row  a b c X Y Z W      positions 0 1 2 3 4 3 4
                a b c Z W   ->   (Z attends a b c Z; never X Y)
 
-A row's opening (the nodes every sequence in it begins with) may come from a
-:class:`~hp_agent.policies.prefix_cache.PrefixCache` instead: its keys and values are
-passed as past keys and values, and only the rest of the row runs.
+A sequence's opening may come from a :class:`~hp_agent.policies.prefix_cache.PrefixCache`
+instead (a turn's prompt, kept from its rollout): its keys and values are passed as past
+keys and values, and only the rest of the sequence is packed and run.
 """
 
 from __future__ import annotations
@@ -147,17 +147,39 @@ def _check_masked_attention(model: torch.nn.Module) -> None:
         )
 
 
-def _reusable_root(
-    row: PackedRow, placements: list[list[int]], starts: list[int], prefix_cache: PrefixCache | None
-) -> tuple[CachedSequence | None, int]:
-    """Keys and values a cached sequence holds for the start of ``row``: at most the
-    nodes every sequence of the row begins with (they head every node's ancestry) and
-    none whose own hidden state a span needs (span ``[a, b)`` needs node ``a - 1``)."""
-    if prefix_cache is None:
-        return None, 0
-    shared = min(next((k for k, node in enumerate(nodes) if node != k), len(nodes)) for nodes in placements)
-    limit = min(shared, min(starts) - 1)
-    return prefix_cache.lookup(row.token_ids[: limit + 1]) if limit > 0 else (None, 0)
+Past = tuple[CachedSequence | None, int]  # a cached sequence and how many of its tokens a row reuses
+
+
+def _pack_after_cached_openings(
+    sequences: Sequence[Sequence[int]],
+    spans: Sequence[tuple[int, int]],
+    max_tokens: int,
+    prefix_cache: PrefixCache | None,
+) -> tuple[list[tuple[PackedRow, Past]], list[tuple[int, list[int]]]]:
+    """Rows of what remains of each sequence once the opening the cache holds is cut off.
+
+    Sequences that reuse the same cached opening (e.g. a turn's hindsight sequences, all
+    after its prompt) are packed together (:func:`pack_sequences`, node depths counted
+    from the end of the opening); sequences with nothing cached are packed whole. A
+    sequence never reuses the token before its span: that token's hidden state is needed.
+    Returns rows with their past, and per sequence ``(row index, node of each remaining token)``.
+    """
+    hits = [
+        prefix_cache.lookup(sequence[:start]) if prefix_cache is not None else (None, 0)
+        for sequence, (start, _) in zip(sequences, spans)
+    ]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, (entry, reused) in enumerate(hits):
+        groups.setdefault((id(entry), reused), []).append(index)
+    rows: list[tuple[PackedRow, Past]] = []
+    placements: list[tuple[int, list[int]] | None] = [None] * len(sequences)
+    for indices in groups.values():
+        past = hits[indices[0]]
+        group_rows, group_placements = pack_sequences([sequences[i][past[1] :] for i in indices], max_tokens)
+        for index, (row, nodes) in zip(indices, group_placements):
+            placements[index] = (len(rows) + row, nodes)
+        rows += [(row, past) for row in group_rows]
+    return rows, placements  # type: ignore[return-value]
 
 
 def packed_span_hidden_states(
@@ -173,9 +195,9 @@ def packed_span_hidden_states(
     Sequences are packed into prefix-tree rows (:func:`pack_sequences`), and rows into
     forward passes, of at most ``max_tokens`` tokens (padding included). Returns, for
     ``spans[i] = (a, b)``, the hidden states [b - a, H] that predict ``sequences[i][a:b]``.
-    With ``prefix_cache`` (no grad: cached keys and values carry none), a row whose
-    opening the cache holds, e.g. a turn's prompt kept from its rollout, runs only the
-    rest of its nodes. Runs under the caller's grad mode.
+    With ``prefix_cache`` (no grad: cached keys and values carry none), a sequence
+    whose opening the cache holds, e.g. a turn's prompt kept from its rollout, runs only
+    the rest. Runs under the caller's grad mode.
     """
     for (start, end), sequence in zip(spans, sequences, strict=True):
         if not 1 <= start <= end <= len(sequence):
@@ -184,29 +206,25 @@ def packed_span_hidden_states(
     _check_masked_attention(model)
     decoder = model.get_decoder()
     parameter = next(model.parameters())
-    rows, placements = pack_sequences(sequences, max_tokens)
+    if prefix_cache is not None:
+        prefix_cache.check_weights(model)
+    rows, placements = _pack_after_cached_openings(sequences, spans, max_tokens, prefix_cache)
     members: list[list[int]] = [[] for _ in rows]
     for index, (row, _) in enumerate(placements):
         members[row].append(index)
-    if prefix_cache is not None:
-        prefix_cache.check_weights(model)
-    roots = [
-        _reusable_root(rows[r], [placements[i][1] for i in members[r]], [spans[i][0] for i in members[r]], prefix_cache)
-        for r in range(len(rows))
-    ]
     out: list[torch.Tensor | None] = [None] * len(sequences)
-    for batch in token_budget_batches([len(rows[r]) - roots[r][1] for r in range(len(rows))], max_tokens):
-        past, past_width = batch_past([roots[r] for r in batch])
-        width = max(len(rows[r]) - roots[r][1] for r in batch)
+    for batch in token_budget_batches([len(row) for row, _ in rows], max_tokens):
+        past, past_width = batch_past([rows[r][1] for r in batch])
+        width = max(len(rows[r][0]) for r in batch)
         input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         position_ids = torch.zeros((len(batch), width), dtype=torch.long)
         bias = torch.full((len(batch), 1, width, past_width + width), float("-inf"), dtype=parameter.dtype)
         for b, r in enumerate(batch):
-            row, reused = rows[r], roots[r][1]
-            input_ids[b, : len(row) - reused] = torch.tensor(row.token_ids[reused:])
-            position_ids[b, : len(row) - reused] = torch.tensor(row.positions[reused:])
-            bias[b, 0, :, past_width:] = attention_bias(row, reused + width, parameter.dtype)[reused:, reused:]
-            bias[b, 0, : len(row) - reused, past_width - reused : past_width] = 0.0  # the reused nodes: everyone's ancestors
+            row, (_, reused) = rows[r]
+            input_ids[b, : len(row)] = torch.tensor(row.token_ids)
+            position_ids[b, : len(row)] = torch.tensor(row.positions) + reused
+            bias[b, 0, :, past_width:] = attention_bias(row, width, parameter.dtype)
+            bias[b, 0, : len(row), past_width - reused : past_width] = 0.0  # the reused opening: everyone's ancestors
         hidden = decoder(
             input_ids=input_ids.to(parameter.device),
             attention_mask=bias.to(parameter.device),
@@ -215,9 +233,9 @@ def packed_span_hidden_states(
             use_cache=False,
         ).last_hidden_state
         for b, r in enumerate(batch):
+            reused = rows[r][1][1]
             for index in members[r]:
                 start, end = spans[index]
-                nodes = placements[index][1][start - 1 : end - 1]  # position i predicts token i + 1
-                local = torch.tensor(nodes, dtype=torch.long, device=hidden.device) - roots[r][1]
-                out[index] = hidden[b, local]
+                nodes = placements[index][1][start - 1 - reused : end - 1 - reused]  # position i predicts token i + 1
+                out[index] = hidden[b, torch.tensor(nodes, dtype=torch.long, device=hidden.device)]
     return out  # type: ignore[return-value]

@@ -57,7 +57,7 @@ def test_sampled_logprobs_match_a_teacher_forced_forward(policies) -> None:
     sampling = SamplingParams(max_new_tokens=10, temperature=0.7)
     torch.manual_seed(1)
     prompts = [policy.render(m) for m in next_turns(policy, FIRST_TURNS, policy.generate(first, sampling))]
-    assert all(policy.prefix_cache.lookup(p)[1] > 0 for p in prompts)
+    assert all(policy.prefix_cache.lookup(p)[1] >= 16 for p in prompts[:2])  # the long first turns are reused
     for prompt, generation in zip(prompts, policy.generate(prompts, sampling)):
         ids = torch.tensor([prompt + generation.token_ids])
         with torch.no_grad():
@@ -86,7 +86,7 @@ def sequence(tokens: list[int]) -> CachedSequence:
 
 
 def test_prefix_cache_bookkeeping() -> None:
-    cache = PrefixCache(max_tokens=10)
+    cache = PrefixCache(max_tokens=10, block_tokens=1)
     cache.store(sequence([1, 2, 3]))
     assert cache.lookup([1, 2, 3, 4])[1] == 3
     assert cache.lookup([1, 2, 3])[1] == 2  # the last prompt token always runs
@@ -109,3 +109,10 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
     assert torch.isinf(top_p_filter(scores, 0.81)).tolist() == [[False, False, False, True]]
     assert torch.isinf(top_p_filter(scores, 0.1)).tolist() == [[False, True, True, True]]
     assert torch.equal(top_p_filter(scores, 1.0), scores)
+
+
+def test_lookup_finds_reuse_through_whole_blocks_then_token_by_token() -> None:
+    cache = PrefixCache(max_tokens=1000)  # 16-token blocks
+    cache.store(sequence(list(range(100, 140))))
+    assert cache.lookup(list(range(100, 120)) + [7, 7, 7])[1] == 20  # one block, then 4 more tokens
+    assert cache.lookup(list(range(100, 110)) + [7] * 20) == (None, 0)  # under a block in common

@@ -15,7 +15,7 @@ parameter of the model has changed in place since it was filled (an optimizer st
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -28,6 +28,7 @@ class CachedSequence:
     token_ids: torch.Tensor
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
+    block_hashes: list[int] = field(default_factory=list)  # set by PrefixCache.store
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -44,27 +45,46 @@ def weights_version(model: torch.nn.Module) -> int:
     return sum(parameter._version for parameter in model.parameters())
 
 
+def block_hashes(tokens: Sequence[int], block_tokens: int) -> list[int]:
+    """Chained hashes of the full blocks of ``tokens``: hash i stands for ``tokens[: block_tokens * (i + 1)]``."""
+    hashes, previous = [], 0
+    for start in range(0, len(tokens) - block_tokens + 1, block_tokens):
+        previous = hash((previous, *tokens[start : start + block_tokens]))
+        hashes.append(previous)
+    return hashes
+
+
 class PrefixCache:
     """Recently used sequences' keys and values, at most ``max_tokens`` tokens in all.
 
     The least recently used sequence goes first when the budget is exceeded; a sequence
     that a newer one extends is dropped at once (the newer one holds all it held).
-    ``max_tokens=0`` turns reuse off.
+    ``max_tokens=0`` turns reuse off. Sequences are found through chained hashes of
+    their ``block_tokens``-token blocks (as vLLM's prefix cache finds its blocks), so a
+    lookup costs one hash per block of the prompt, not a comparison with every entry; a
+    match is then checked token by token, so hash collisions cannot give wrong keys.
+    Reuse is found in whole blocks: up to ``block_tokens - 1`` reusable tokens may be run again.
     """
 
-    def __init__(self, max_tokens: int):
+    def __init__(self, max_tokens: int, block_tokens: int = 16):
         if max_tokens < 0:
             raise ValueError(f"prefix cache size must be >= 0 tokens, got {max_tokens}")
-        self.max_tokens = max_tokens
-        self.entries: list[CachedSequence] = []  # least recently used first
+        self.max_tokens, self.block_tokens = max_tokens, block_tokens
+        self._recency: dict[int, CachedSequence] = {}  # id -> sequence, least recently used first
+        self._by_block: dict[int, list[CachedSequence]] = {}  # block hash -> sequences holding that prefix
+        self._by_end: dict[int, list[CachedSequence]] = {}  # hash of the last full block (0: none) -> sequences
         self._version: int | None = None
+        self.num_tokens = 0
 
     @property
-    def num_tokens(self) -> int:
-        return sum(len(entry) for entry in self.entries)
+    def entries(self) -> list[CachedSequence]:
+        return list(self._recency.values())
 
     def clear(self) -> None:
-        self.entries.clear()
+        self.num_tokens = 0
+        self._recency.clear()
+        self._by_block.clear()
+        self._by_end.clear()
 
     def check_weights(self, model: torch.nn.Module) -> None:
         """Empty the cache if ``model``'s weights changed since it was last filled."""
@@ -73,37 +93,58 @@ class PrefixCache:
             self.clear()
             self._version = version
 
+    def _deepest(self, hashes: list[int]) -> CachedSequence | None:
+        """The most recent sequence sharing the most leading blocks with ``hashes``."""
+        found = None
+        for block_hash in hashes:
+            holders = self._by_block.get(block_hash)
+            if not holders:
+                break
+            found = holders[-1]
+        return found
+
+    def _touch(self, entry: CachedSequence) -> None:
+        self._recency[id(entry)] = self._recency.pop(id(entry))
+
     def lookup(self, prompt: Sequence[int]) -> tuple[CachedSequence | None, int]:
         """The cached sequence sharing the longest prefix with ``prompt``, and how many of
         its tokens to reuse: at most ``len(prompt) - 1``, since the last prompt token must
         be run to give the first next-token distribution."""
-        if not self.entries or len(prompt) < 2:
+        if not self._recency or len(prompt) < 2:
             return None, 0
-        tokens = torch.tensor(prompt)
-        best, shared = None, 0
-        for entry in self.entries:
-            common = entry.common_prefix(tokens)
-            if common > shared:
-                best, shared = entry, common
+        best = self._deepest(block_hashes(prompt, self.block_tokens))
         if best is None:
             return None, 0
-        self.entries.remove(best)
-        self.entries.append(best)  # most recently used
-        return best, min(shared, len(prompt) - 1)
+        self._touch(best)
+        return best, min(best.common_prefix(torch.tensor(prompt)), len(prompt) - 1)
 
     def store(self, entry: CachedSequence) -> None:
         if not 0 < len(entry) <= self.max_tokens:
             return
-        kept = []
-        for old in self.entries:
-            common = old.common_prefix(entry.token_ids)
-            if common == len(entry):  # an existing sequence already holds all of this one
-                return
-            if common < len(old):  # not a prefix of the new sequence
-                kept.append(old)
-        self.entries = kept + [entry]
+        entry.block_hashes = block_hashes(entry.token_ids.tolist(), self.block_tokens)
+        holder = self._deepest(entry.block_hashes)
+        if holder is not None and holder.common_prefix(entry.token_ids) == len(entry):
+            return  # an existing sequence already holds all of this one
+        for block_hash in [0, *entry.block_hashes]:  # sequences this one extends end in one of its blocks
+            for old in list(self._by_end.get(block_hash, [])):
+                if len(old) <= len(entry) and old.common_prefix(entry.token_ids) == len(old):
+                    self._remove(old)
+        self._recency[id(entry)] = entry
+        self.num_tokens += len(entry)
+        for block_hash in entry.block_hashes:
+            self._by_block.setdefault(block_hash, []).append(entry)
+        self._by_end.setdefault(entry.block_hashes[-1] if entry.block_hashes else 0, []).append(entry)
         while self.num_tokens > self.max_tokens:
-            self.entries.pop(0)
+            self._remove(next(iter(self._recency.values())))
+
+    def _remove(self, entry: CachedSequence) -> None:
+        del self._recency[id(entry)]
+        self.num_tokens -= len(entry)
+        end = entry.block_hashes[-1] if entry.block_hashes else 0
+        for index, block_hash in [*((self._by_block, h) for h in entry.block_hashes), (self._by_end, end)]:
+            index[block_hash].remove(entry)
+            if not index[block_hash]:
+                del index[block_hash]
 
 
 def batch_past(hits: Sequence[tuple[CachedSequence | None, int]]) -> tuple[DynamicCache, int]:
