@@ -51,10 +51,12 @@ test-vllm:
 # Speed and memory targets, each printed as ratios measured in one run (see bench/*.py).
 bench: install
 	$(BIN)/python bench/hindsight_scoring.py
+	$(BIN)/python bench/hindsight_scoring.py --prompt-mode chat --turns 10 --repeats 1
 	$(BIN)/python bench/prefix_reuse.py --mode chat --turns 10 --repeats 2
 	$(BIN)/python bench/prefix_reuse.py --mode verl-agent --turns 10 --repeats 2
 	$(BIN)/python bench/jsd_memory.py --variants naive,chunked
-	$(BIN)/python bench/train_step.py
+	$(BIN)/python bench/train_step.py --max-new-tokens 24 --prompts 4
+	$(BIN)/python bench/train_step.py --max-new-tokens 128 --prompts 2
 	$(BIN)/python bench/env_workers.py --env alfworld --env-kwargs '{"split": "id"}' --num-envs 8 --rounds 20 --repeats 2
 	$(BIN)/python bench/code_verify.py
 

@@ -11,6 +11,12 @@ when ``--steps`` > 1. Runs alternate (HP-RLVR, GRPO, HP-RLVR, ...) ``--repeats``
 that load from other processes hits both alike; the medians are reported. Printed: seconds
 per phase for each algorithm, GRPO / HP-RLVR step-time ratio (the cost HP-RLVR saves) and
 the hindsight share of HP-RLVR's generation time.
+
+The untrained tiny model rarely ends a turn early, so every turn samples about
+``--max-new-tokens`` tokens: generation time grows with it, while scoring a turn costs
+about the privileged block (up to 384 tokens) plus the answer, so the hindsight share
+falls as answers lengthen. ``make bench`` runs 24 tokens (the demo's CPU-scale setting)
+and 128 (closer to an agent that writes a short ``<think>`` before its action).
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ def main() -> None:
             results["grpo"].append(run_once("grpo", args.group, args, Path(tmp), index))
     median = {algo: {p: statistics.median(r[p] for r in runs) for p in PHASES} for algo, runs in results.items()}
     print(f"env={args.env} {args.env_kwargs} model={args.model} prompts/step={args.prompts} "
+          f"max new tokens/turn={args.max_new_tokens} "
           f"GRPO G={args.group} steps={args.steps} repeats={args.repeats}")
     print(f"{'phase (s/step)':<18}{'HP-RLVR G=1':>14}{'GRPO G=' + str(args.group):>14}")
     for phase in PHASES:
