@@ -71,7 +71,9 @@ class HindsightConfig(_Section):
     max_block_tokens: int = Field(384, ge=64, description="Token budget of the privileged block; the future is truncated to fit.")
     max_segment_tokens: int = Field(128, ge=1, description="Single-step envs: a segment ends at a blank line or after this many tokens.")
     weight_norm: Literal["none", "max", "mean"] = Field("none", description="Per-trajectory normalization of JSD weights.")
-    jsd_chunk_tokens: int = Field(1024, ge=1, description="Tokens per chunk when computing JSD over the full vocabulary.")
+    jsd_chunk_tokens: int = Field(
+        512, ge=1, description="Tokens of logits at a time when computing JSD over the full vocabulary (2 x 512 x V floats)."
+    )
     score_batch_tokens: int = Field(8192, ge=64, description="Padded tokens per forward pass when scoring.")
     packed: bool = Field(
         True,

@@ -119,7 +119,7 @@ class ScoringOptions:
     max_block_tokens: int = 384
     max_segment_tokens: int = 128
     temperature: float = 1.0
-    jsd_chunk_tokens: int = 1024
+    jsd_chunk_tokens: int = 512
     batch_tokens: int = 8192
     packed: bool = True
     compile_jsd: bool = False
