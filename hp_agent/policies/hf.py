@@ -85,9 +85,9 @@ class HFPolicy:
             attention_mask[row, reused_width + width - len(suffix) :] = 1
         sampled, sampled_logprobs = self._sample(input_ids, position_ids, attention_mask, cache, sampling)
         generations = [self._trim(sampled[row], sampled_logprobs[row]) for row in range(rows)]
-        # The cache now holds keys and values of every sampled token but the last.
-        computed = sampled.shape[1] - 1
-        for row, (prompt, suffix, (_, reused), generation) in enumerate(zip(prompts, suffixes, hits, generations)):
+        computed = sampled.shape[1] - 1  # the cache holds keys of every sampled token but the last
+        kept = zip(prompts, suffixes, hits, generations) if self.prefix_cache.max_tokens else ()  # reuse off: copy nothing
+        for row, (prompt, suffix, (_, reused), generation) in enumerate(kept):
             answer = generation.token_ids[:computed]
             slots = torch.cat([
                 torch.arange(reused_width - reused, reused_width),
