@@ -21,9 +21,9 @@ Envs know nothing about learners: they never see token ids or log-probs.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -45,6 +45,17 @@ def text_space(max_length: int) -> spaces.Text:
     instance needs two.
     """
     return spaces.Text(max_length=max_length, min_length=0, charset=_charset())
+
+
+T = TypeVar("T")
+
+
+def find_task(table: Mapping[str, T], task_id: str, env: TextEnv, noun: str = "tasks") -> T:
+    """``table[task_id]``, or a LookupError naming the env, its split, its size and a valid id."""
+    if task_id not in table:
+        raise LookupError(f"unknown task id {task_id!r} in {type(env).__name__}(split={getattr(env, 'split', None)!r}) "
+                          f"with {len(table)} {noun}, e.g. {next(iter(table), None)!r}")
+    return table[task_id]
 
 
 class TextEnv(gym.Env[str, str]):
@@ -93,3 +104,51 @@ class TextEnv(gym.Env[str, str]):
             return self.task_id_for_seed(seed)
         ids = self.task_ids()
         return ids[int(self.np_random.integers(len(ids)))]
+
+
+class SingleStepTaskEnv(TextEnv):
+    """One step per episode over a table of tasks, each with ``id``, ``question``,
+    ``task_type`` and ``difficulty`` (math, code): the table, ``reset`` and the
+    one-step guard. Subclasses check their options (:meth:`_check_options`), then call
+    :meth:`_set_tasks`, and grade in ``step`` after :meth:`_take_step`."""
+
+    max_turns = 1
+
+    @staticmethod
+    def _check_options(split: str, splits: Iterable[str], num_tasks: int | None) -> None:
+        if split not in splits:
+            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(splits)}")
+        if num_tasks is not None and num_tasks < 1:
+            raise ValueError(f"num_tasks must be >= 1 (or None for all), got {num_tasks}")
+
+    def _set_tasks(self, split: str, tasks: Iterable[Any]) -> None:
+        self.split = split
+        self._tasks = {task.id: task for task in tasks}
+        self._task = None
+        self._done = False
+
+    def task_ids(self) -> list[str]:
+        """Task ids in file / generation order."""
+        return list(self._tasks)
+
+    def task(self, task_id: str) -> Any:
+        """The task ``task_id``, reference included (never shown to the policy)."""
+        return find_task(self._tasks, task_id, self)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode on ``options["task_id"]``, else the seed's task, else a random one."""
+        super().reset(seed=seed)
+        self._task = self.task(self.task_id_for_reset(seed, options))
+        self._done = False
+        info = {"task_id": self._task.id, "task_type": self._task.task_type, "difficulty": self._task.difficulty}
+        return self._task.question, info
+
+    def _take_step(self) -> Any:
+        """The episode's task, once: a second step, or one before ``reset``, is an error."""
+        name = type(self).__name__
+        if self._task is None:
+            raise RuntimeError(f"{name}.step() called before reset()")
+        if self._done:
+            raise RuntimeError(f"{name} episode is over (one step per episode); call reset() first")
+        self._done = True
+        return self._task

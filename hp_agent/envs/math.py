@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hp_agent.envs.base import TextEnv
+from hp_agent.envs.base import SingleStepTaskEnv
 from hp_agent.envs.math_tasks import DEFAULT_SIZES, SPLITS, MathTask, builtin_tasks, load_jsonl_tasks
 from hp_agent.verifiers.math import extract_boxed, verify_math
 
 
-class MathEnv(TextEnv):
+class MathEnv(SingleStepTaskEnv):
     """Math word problems, built-in (generated, ``split`` train/test) or from a JSONL file.
 
     split:     "train" or "test": which built-in split to generate (a label when ``data``
@@ -30,69 +30,40 @@ class MathEnv(TextEnv):
         "Solve the math problem. Reason step by step, then give the final answer as \\boxed{answer}."
     )
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
-    max_turns = 1
+    _tasks: dict[str, MathTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,
                  seed: int = 0):
         super().__init__()
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
-        if num_tasks is not None and num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1 (or None for all), got {num_tasks}")
+        self._check_options(split, SPLITS, num_tasks)
         if data is None:
             tasks = builtin_tasks(split, num_tasks or DEFAULT_SIZES[split], seed)
         else:
             tasks = load_jsonl_tasks(data)[:num_tasks]
-        self.split = split
-        self._tasks: dict[str, MathTask] = {task.id: task for task in tasks}
-        self._task: MathTask | None = None
-        self._done = False
-
-    def task_ids(self) -> list[str]:
-        """Task ids in file / generation order."""
-        return list(self._tasks)
-
-    def _lookup(self, task_id: str) -> MathTask:
-        if task_id not in self._tasks:
-            raise LookupError(f"unknown task id {task_id!r} in MathEnv(split={self.split!r}) "
-                              f"with {len(self._tasks)} tasks, e.g. {next(iter(self._tasks))!r}")
-        return self._tasks[task_id]
+        self._set_tasks(split, tasks)
 
     def reference_answer(self, task_id: str) -> str:
         """The reference answer of ``task_id`` (for evaluation and tests; never shown to the policy)."""
-        return self._lookup(task_id).answer
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode on ``options["task_id"]``, else the seed's task, else a random one."""
-        super().reset(seed=seed)
-        self._task = self._lookup(self.task_id_for_reset(seed, options))
-        self._done = False
-        info = {"task_id": self._task.id, "task_type": self._task.task_type, "difficulty": self._task.difficulty}
-        return self._task.question, info
+        return self.task(task_id).answer
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Grade ``action``; always terminates. The observation after the end is ``""``."""
-        if self._task is None:
-            raise RuntimeError("MathEnv.step() called before reset()")
-        if self._done:
-            raise RuntimeError("MathEnv episode is over (one step per episode); call reset() first")
-        self._done = True
-        verdict = verify_math(action, self._task.answer)
+        task = self._take_step()
+        verdict = verify_math(action, task.answer)
         answer = extract_boxed(action)
         info = {
             "verdict": verdict,
             "action": answer if answer is not None else "",
             "invalid_action": answer is None,
             "penalty": 0.0,
-            "task_id": self._task.id,
-            "task_type": self._task.task_type,
+            "task_id": task.id,
+            "task_type": task.task_type,
         }
         return "", verdict.reward, True, False, info
 
     def demonstrations(self) -> Iterator[tuple[str, str]]:
         """Each task's question and worked solution (built-in tasks only: JSONL has none)."""
-        for task_id in self.task_ids():
-            task = self._lookup(task_id)
+        for task in self._tasks.values():
             if task.solution:
                 yield task.question, task.solution
 

@@ -38,7 +38,7 @@ from hp_agent.envs.alfworld.data import (
     short_task_types,
 )
 from hp_agent.envs.alfworld.sources import resolve_data_root
-from hp_agent.envs.base import TextEnv
+from hp_agent.envs.base import TextEnv, find_task
 from hp_agent.verifiers import Verdict
 
 # verl-agent's templates, character for character (its "observaitons" typo and the
@@ -201,10 +201,7 @@ class AlfworldEnv(TextEnv):
 
     def game(self, task_id: str) -> GameInfo:
         """The game behind ``task_id``."""
-        if task_id not in self._games:
-            raise LookupError(f"unknown task id {task_id!r} in AlfworldEnv(split={self.split!r}) with "
-                              f"{len(self._games)} games, e.g. {next(iter(self._games))!r}")
-        return self._games[task_id]
+        return find_task(self._games, task_id, self, noun="games")
 
     def _load(self, game: GameInfo) -> Any:
         # Loading parses the game's grammar and domain (~0.3 s); reuse it when the same

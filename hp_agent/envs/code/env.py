@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hp_agent.envs.base import TextEnv
+from hp_agent.envs.base import SingleStepTaskEnv
 from hp_agent.envs.code.jsonl import load_jsonl_tasks
 from hp_agent.envs.code.tasks import DEFAULT_SIZES, SPLITS, CodeTask, builtin_tasks
 from hp_agent.verifiers import Verdict
@@ -24,7 +24,7 @@ def demonstration(task: CodeTask) -> str:
     return f"```python\n{task.solution}```"
 
 
-class CodeEnv(TextEnv):
+class CodeEnv(SingleStepTaskEnv):
     """Python programming problems, built-in (generated, ``split`` train/test) or from a
     LiveCodeBench-layout JSONL file (see :mod:`hp_agent.envs.code.jsonl`).
 
@@ -43,16 +43,13 @@ class CodeEnv(TextEnv):
         "Solve the programming problem in Python 3. Reply with the complete program in one ```python code block."
     )
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
-    max_turns = 1
+    _tasks: dict[str, CodeTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,
                  seed: int = 0, timeout_s: float = SandboxLimits.timeout_s, cpu_time_s: int = SandboxLimits.cpu_time_s,
                  memory_mb: int = SandboxLimits.memory_mb, max_processes: int = SandboxLimits.max_processes):
         super().__init__()
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
-        if num_tasks is not None and num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1 (or None for all), got {num_tasks}")
+        self._check_options(split, SPLITS, num_tasks)
         self.limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=cpu_time_s, memory_mb=memory_mb,
                                     max_processes=max_processes)
         if data is None:
@@ -60,50 +57,24 @@ class CodeEnv(TextEnv):
         else:
             tasks = load_jsonl_tasks(data)[:num_tasks]
         sandbox_support(self.limits.python, self.limits.user)  # probe (and log) what the kernel allows, once
-        self.split = split
-        self._tasks: dict[str, CodeTask] = {task.id: task for task in tasks}
-        self._task: CodeTask | None = None
-        self._done = False
-
-    def task_ids(self) -> list[str]:
-        """Task ids in file / generation order."""
-        return list(self._tasks)
-
-    def task(self, task_id: str) -> CodeTask:
-        """The task ``task_id``, tests and reference solution included (never shown to the policy)."""
-        if task_id not in self._tasks:
-            raise LookupError(f"unknown task id {task_id!r} in CodeEnv(split={self.split!r}) "
-                              f"with {len(self._tasks)} tasks, e.g. {next(iter(self._tasks))!r}")
-        return self._tasks[task_id]
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode on ``options["task_id"]``, else the seed's task, else a random one."""
-        super().reset(seed=seed)
-        self._task = self.task(self.task_id_for_reset(seed, options))
-        self._done = False
-        info = {"task_id": self._task.id, "task_type": self._task.task_type, "difficulty": self._task.difficulty}
-        return self._task.question, info
+        self._set_tasks(split, tasks)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Run the action's program on the task's tests; always terminates. The observation after the end is ``""``."""
-        if self._task is None:
-            raise RuntimeError("CodeEnv.step() called before reset()")
-        if self._done:
-            raise RuntimeError("CodeEnv episode is over (one step per episode); call reset() first")
-        self._done = True
+        task = self._take_step()
         program = extract_program(action)
         if program is None:
             result = CodeResult(Verdict(reward=0.0, feedback=NO_CODE_FEEDBACK, success=False), ())
         else:
-            result = verify_batch([program], [self._task], workers=1, limits=self.limits)[0]
+            result = verify_batch([program], [task], workers=1, limits=self.limits)[0]
         info = {
             "action": program if program is not None else "",
             "invalid_action": program is None,
             "penalty": 0.0,
-            "task_id": self._task.id,
-            "task_type": self._task.task_type,
+            "task_id": task.id,
+            "task_type": task.task_type,
             "tests_passed": result.fraction_passed,
-            "tests_total": len(self._task.tests),
+            "tests_total": len(task.tests),
             "verdict": result.verdict,
         }
         return "", result.verdict.reward, True, False, info
