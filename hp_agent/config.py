@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hp_agent.credit import CREDIT_RULES, CreditOptions, CreditRule, credit_rule
 from hp_agent.runs import atomic_write_text
 
 
@@ -52,18 +53,31 @@ class ModelConfig(_Section):
 
 
 class AlgoConfig(_Section):
-    name: Literal["hp-rlvr", "grpo"] = Field("hp-rlvr", description="hp-rlvr (single rollout, hindsight credit) or grpo (group baseline).")
-    group_size: int | None = Field(None, ge=1, description="Rollouts per prompt G; default 1 for hp-rlvr, 8 for grpo.")
+    name: str = Field(
+        "hp-rlvr",
+        description="Credit rule (hp_agent.credit.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
+        "baseline), reinforce (historical baseline, no hindsight), or one registered with credit.register_credit.",
+    )
+    group_size: int | None = Field(None, ge=1, description="Rollouts per prompt G; default: the rule's (1 for hp-rlvr, 8 for grpo).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower PPO clip: ratio floor 1 - clip_eps_low.")
     clip_eps_high: float = Field(0.28, ge=0.0, description="Upper PPO clip: ratio ceiling 1 + clip_eps_high.")
     grpo_scale_by_std: bool = Field(True, description="GRPO: divide the group-centered reward by the group std.")
     grpo_eps: float = Field(1e-6, gt=0.0, description="GRPO: added to the group std before dividing.")
 
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in CREDIT_RULES:
+            raise ValueError(f"unknown credit rule {name!r}; registered: {', '.join(sorted(CREDIT_RULES))}")
+        return name
+
+    @property
+    def rule(self) -> CreditRule:
+        return credit_rule(self.name)
+
     @property
     def rollouts_per_prompt(self) -> int:
-        if self.group_size is not None:
-            return self.group_size
-        return 1 if self.name == "hp-rlvr" else 8
+        return self.group_size if self.group_size is not None else self.rule.group_size
 
 
 class HindsightConfig(_Section):
@@ -84,7 +98,11 @@ class HindsightConfig(_Section):
 
 class BaselineConfig(_Section):
     rate: float = Field(0.1, gt=0.0, le=1.0, description="Historical baseline: EMA rate after the first 1/rate rewards (plain mean before).")
-    initial: float | None = Field(None, description="Baseline before any reward is seen; default: midpoint of the env's reward bounds.")
+    initial: float | None = Field(
+        None,
+        description="Baseline read before any reward is seen; default none: the first step's trajectories are centered on the "
+        "mean reward of the step's other trajectories, and each key's first rewards set its estimate.",
+    )
     prior_weight: float = Field(
         1.0, ge=0.0, description="A new task's (or type's) estimate starts from the coarser one, counted as this many rewards (0: plain running mean)."
     )
@@ -93,7 +111,9 @@ class BaselineConfig(_Section):
 class RolloutConfig(_Section):
     max_new_tokens: int = Field(256, ge=1, description="Most tokens sampled per turn.")
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature; the learner scores with the same temperature.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold (1.0: full distribution, unbiased log-probs).")
+    top_p: float = Field(
+        1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold. Training refuses < 1.0: scoring and the learner use full-distribution log-probs."
+    )
     max_turns: int | None = Field(None, ge=1, description="Most turns per episode; default: the env's own limit.")
     chat_history: bool = Field(
         False, description="Multi-turn: prompt with the whole conversation (pair with env.kwargs.prompt_mode=chat for ALFWorld)."
@@ -105,7 +125,12 @@ class LearnerConfig(_Section):
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Clip the total gradient norm to this (the unclipped norm is logged).")
-    mini_batches: int = Field(1, ge=1, description="Optimizer steps per rollout batch (>1 makes later steps off-policy, clipped).")
+    mini_batch_size: int = Field(
+        8,
+        ge=1,
+        description="Trajectories per optimizer step (a gradient record), taken in rollout order so a prompt's group stays "
+        "together: a step of P prompts x G rollouts makes ceil(P G / mini_batch_size) records (later ones off-policy, clipped).",
+    )
     micro_batch_tokens: int = Field(4096, ge=64, description="Padded tokens per forward/backward pass; gradients accumulate.")
     max_nonfinite_steps: int = Field(3, ge=1, description="Stop after this many consecutive steps with a non-finite loss.")
 
@@ -135,9 +160,15 @@ class TrainConfig(_Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
 
     @model_validator(mode="after")
-    def _check_group_size(self) -> TrainConfig:
-        if self.algo.name == "grpo" and self.algo.rollouts_per_prompt < 2:
-            raise ValueError("algo.group_size must be >= 2 for grpo (a group of one has no baseline)")
+    def _check_algorithm(self) -> TrainConfig:
+        least = self.algo.rule.min_group_size
+        if self.algo.rollouts_per_prompt < least:
+            raise ValueError(f"algo.group_size must be >= {least} for {self.algo.name} (a group of one has no baseline)")
+        if self.rollout.top_p < 1.0:
+            raise ValueError(
+                f"rollout.top_p={self.rollout.top_p} cannot train: hindsight scoring and the learner's ratio use the full "
+                "distribution's log-probs, not those of the nucleus that was sampled; set rollout.top_p=1.0"
+            )
         return self
 
 

@@ -160,31 +160,149 @@ def normalize_weights(weights: torch.Tensor, mode: str) -> torch.Tensor:
     return (weights / scale).clamp(max=1.0)
 
 
-def hp_rlvr_credit(
-    weights: torch.Tensor,
-    reward: float,
-    baseline: float,
-    token_penalties: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """HP-RLVR token credit c_j = w_j (R - b) (+ the penalty of the token's turn).
+@dataclass(frozen=True)
+class CreditBatch:
+    """One step's trajectories as flat tensors: N trajectories, K turns, M action tokens.
 
-    ``weights``: [T] in [0, 1]; ``token_penalties``: [T], the per-turn shaping reward
-    (e.g. -0.1 on an invalid action) broadcast to that turn's tokens. With w in [0, 1],
-    |w (R - b)| <= |R - b| <= R_max - R_min whenever b lies in [R_min, R_max].
+    rewards:         [N] outcome reward R_i (the verifier's verdict).
+    baselines:       [N] historical baseline b_i, read before this batch updated it.
+    groups:          [N] prompt group of each trajectory (GRPO's G rollouts share one).
+    turn_trajectory: [K] trajectory index of each turn.
+    turn_shaping:    [K] per-turn shaping reward, negative for a cost (-0.1: invalid action).
+    token_turn:      [M] turn index of each action (eligible) token.
+    weights:         [M] normalized JSD weight w_j in [0, 1], or None without hindsight.
+    """
 
-    >>> hp_rlvr_credit(torch.tensor([0.0, 0.5, 1.0]), reward=1.0, baseline=0.25)[0]
+    rewards: torch.Tensor
+    baselines: torch.Tensor
+    groups: torch.Tensor
+    turn_trajectory: torch.Tensor
+    turn_shaping: torch.Tensor
+    token_turn: torch.Tensor
+    weights: torch.Tensor | None = None
+
+    @property
+    def token_trajectory(self) -> torch.Tensor:
+        """[M] trajectory index of each token."""
+        return self.turn_trajectory[self.token_turn]
+
+    @property
+    def token_shaping(self) -> torch.Tensor:
+        """[M] the shaping reward of each token's turn."""
+        return self.turn_shaping[self.token_turn]
+
+    @property
+    def returns(self) -> torch.Tensor:
+        """[N] R_i plus the trajectory's summed shaping rewards."""
+        shaping = torch.zeros_like(self.rewards).index_add_(0, self.turn_trajectory, self.turn_shaping.to(self.rewards.dtype))
+        return self.rewards + shaping
+
+
+@dataclass(frozen=True)
+class CreditOptions:
+    """Knobs the built-in rules read (``TrainConfig`` fills them; a user's rule may ignore them).
+
+    weight_norm:  HP-RLVR per-trajectory normalization of w (:func:`normalize_weights`).
+    scale_by_std: GRPO divides the group-centered return by the group std.
+    eps:          GRPO's std guard.
+    """
+
+    weight_norm: str = "none"
+    scale_by_std: bool = True
+    eps: float = 1e-6
+
+
+CreditFn = Callable[[CreditBatch, CreditOptions], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class CreditRule:
+    """A registered credit rule: ``fn(batch, options) -> (credit [M], metrics)``.
+
+    hindsight:      the rule reads ``batch.weights``, so the trainer runs hindsight scoring
+                    (otherwise only the causal, behaviour-policy replay pass).
+    group_size:     rollouts per prompt when ``algo.group_size`` is not set.
+    min_group_size: smallest valid group (2 for a group-relative baseline).
+    """
+
+    fn: CreditFn
+    hindsight: bool = False
+    group_size: int = 1
+    min_group_size: int = 1
+
+
+CREDIT_RULES: dict[str, CreditRule] = {}
+
+
+def register_credit(name: str, *, hindsight: bool = False, group_size: int = 1, min_group_size: int = 1) -> Callable[[CreditFn], CreditFn]:
+    """Decorator: make ``fn`` the credit rule ``algo.name=<name>`` selects."""
+
+    def add(fn: CreditFn) -> CreditFn:
+        CREDIT_RULES[name] = CreditRule(fn, hindsight, group_size, min_group_size)
+        return fn
+
+    return add
+
+
+def credit_rule(name: str) -> CreditRule:
+    """The rule registered as ``name``; a KeyError lists the registered ones."""
+    if name not in CREDIT_RULES:
+        raise KeyError(f"unknown credit rule {name!r}; registered: {', '.join(sorted(CREDIT_RULES))}")
+    return CREDIT_RULES[name]
+
+
+def normalized_weights(batch: CreditBatch, mode: str) -> torch.Tensor:
+    """``batch.weights`` normalized within each trajectory (:func:`normalize_weights`)."""
+    if batch.weights is None:
+        raise ValueError("this credit rule needs hindsight weights (register it with hindsight=True)")
+    if mode == "none":
+        return batch.weights
+    out = batch.weights.clone()
+    owner = batch.token_trajectory
+    for i in range(batch.rewards.shape[0]):
+        members = owner == i
+        out[members] = normalize_weights(batch.weights[members], mode)
+    return out
+
+
+@register_credit("hp-rlvr", hindsight=True)
+def hp_rlvr_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
+    """HP-RLVR token credit c_j = w_j (R_i - b_i) + s_t, t the turn of token j (DESIGN.md 6).
+
+    s_t is the turn's shaping reward (negative for a cost), so an invalid turn's tokens get
+    credit lowered by its cost wherever w_j is. With w in [0, 1] and b within the reward
+    range, |w (R - b)| <= R_max - R_min.
+
+    >>> one = torch.tensor([0])
+    >>> batch = CreditBatch(torch.tensor([1.0]), torch.tensor([0.25]), one, one, torch.tensor([0.0]),
+    ...                     torch.tensor([0, 0, 0]), torch.tensor([0.0, 0.5, 1.0]))
+    >>> hp_rlvr_credit(batch, CreditOptions())[0]
     tensor([0.0000, 0.3750, 0.7500])
     """
-    centered = reward - baseline
-    credit = weights * centered
-    if token_penalties is not None:
-        credit = credit + token_penalties
-    metrics = {
-        "credit/centered_reward": centered,
-        "credit/weight_mean": float(weights.mean()) if weights.numel() else 0.0,
-        "credit/abs_mean": float(credit.abs().mean()) if credit.numel() else 0.0,
-    }
+    weights = normalized_weights(batch, options.weight_norm)
+    centered = batch.rewards - batch.baselines
+    credit = weights * centered[batch.token_trajectory] + batch.token_shaping
+    metrics = {"credit/centered_reward": float(centered.mean()), "credit/weight_mean": float(weights.mean()) if weights.numel() else 0.0}
     return credit, metrics
+
+
+@register_credit("grpo", group_size=8, min_group_size=2)
+def grpo_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO: every token of trajectory i gets A_i, the group-normalized return (R_i + sum_t s_t).
+
+    Shaping enters the return, so of two failed rollouts of one prompt the one with an
+    invalid turn gets the lower advantage.
+    """
+    advantages, metrics = grpo_advantages(batch.returns, batch.groups, options.scale_by_std, options.eps)
+    return advantages[batch.token_trajectory], metrics
+
+
+@register_credit("reinforce")
+def reinforce_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
+    """REINFORCE with the historical baseline: c_j = (R_i - b_i) + s_t on every token, one
+    rollout per prompt. HP-RLVR without the hindsight weights (w_j = 1), for ablations."""
+    centered = batch.rewards - batch.baselines
+    return centered[batch.token_trajectory] + batch.token_shaping, {"credit/centered_reward": float(centered.mean())}
 
 
 def grpo_advantages(
@@ -214,29 +332,47 @@ def grpo_advantages(
             std = group_rewards.std(unbiased=True) if group_rewards.numel() > 1 else rewards.new_tensor(0.0)
             centered = centered / (std + eps)
         advantages[members] = centered
-    metrics = {
-        "credit/degenerate_group_fraction": degenerate / max(len(unique_groups), 1),
-        "credit/abs_mean": float(advantages.abs().mean()) if advantages.numel() else 0.0,
+    return advantages, {"credit/degenerate_group_fraction": degenerate / max(len(unique_groups), 1)}
+
+
+def credit_breakdown(
+    credit: torch.Tensor, token_turn: torch.Tensor, turn_invalid: torch.Tensor, format_mask: torch.Tensor
+) -> dict[str, float]:
+    """Mean token credit by kind, so that a sign or scale error shows in the metrics.
+
+    ``credit``, ``token_turn``, ``format_mask``: [M] (``format_mask`` is True on
+    answer-format tokens such as ``<action>`` tags and the end-of-turn token);
+    ``turn_invalid``: [K]. A kind with no tokens this step is left out.
+    """
+    kinds = {
+        "credit/invalid_turns_mean": turn_invalid[token_turn],
+        "credit/valid_turns_mean": ~turn_invalid[token_turn],
+        "credit/format_tokens_mean": format_mask,
+        "credit/content_tokens_mean": ~format_mask,
     }
-    return advantages, metrics
+    metrics = {key: float(credit[mask].mean()) for key, mask in kinds.items() if mask.any()}
+    metrics["credit/mean"] = float(credit.mean()) if credit.numel() else 0.0
+    metrics["credit/abs_mean"] = float(credit.abs().mean()) if credit.numel() else 0.0
+    return metrics
 
 
 @dataclass
 class HistoricalBaseline:
     """Running reward baseline b per task, falling back to task type, then environment.
 
-    ``value`` reads the finest level that has an estimate, else ``initial``. A level's
-    estimate starts, when first updated, from what ``value`` gave for it (the coarser
-    estimate or ``initial``) counted as ``prior_weight`` past rewards, and then moves
-    as v <- v + max(rate, 1 / n) (R - v), n the count including the prior: a mean that
-    shrinks toward the prior, then an exponential moving average. With a prior, a task
-    that always fails keeps a small positive b, so its failures keep negative credit
-    instead of dropping to an exact zero. The caller reads b for a trajectory before
-    calling ``update`` with its reward, so a reward never centers itself.
+    It starts unbiased, with no invented prior: a level's estimate is set by the rewards
+    it observes. The first update of a level starts it from what the coarser levels hold
+    (counted as ``prior_weight`` past rewards, 0 for none), or, when nothing is known
+    yet, from that first reward alone; it then moves as v <- v + max(rate, 1 / n) (R - v),
+    n the count: a running mean, then an exponential moving average. ``initial``, when the
+    user gives one, is the value read before anything is observed.
+
+    The caller reads b for a batch (:meth:`batch_values`) before calling ``update`` with
+    its rewards, so a reward never centers itself.
     """
 
     rate: float = 0.1
-    initial: float = 0.0
+    initial: float | None = None
     prior_weight: float = 1.0
     estimates: dict[str, list[float]] = field(default_factory=dict)  # key -> [count, value]
 
@@ -244,20 +380,36 @@ class HistoricalBaseline:
     def keys(env: str, task_type: str, task_id: str) -> tuple[str, str, str]:
         return f"task:{env}/{task_id}", f"type:{env}/{task_type}", f"env:{env}"
 
-    def _read(self, keys: tuple[str, ...]) -> float:
+    def _read(self, keys: tuple[str, ...]) -> float | None:
         for key in keys:
             if key in self.estimates:
                 return self.estimates[key][1]
         return self.initial
 
-    def value(self, env: str, task_type: str, task_id: str) -> float:
+    def value(self, env: str, task_type: str, task_id: str) -> float | None:
+        """b for one task, or None when nothing has been observed (and no ``initial``)."""
         return self._read(self.keys(env, task_type, task_id))
+
+    def batch_values(self, tasks: list[tuple[str, str, str]], rewards: list[float]) -> list[float]:
+        """b for each ``(env, task_type, task_id)`` of a batch, read before any update.
+
+        A trajectory of an env with no estimate yet (the run's first step) gets the mean
+        reward of the batch's other trajectories of that env: leave-one-out, so it does
+        not depend on its own reward and stays unbiased; alone, it gets its own reward
+        (no credit).
+        """
+        values = [self.value(*task) for task in tasks]
+        for i, value in enumerate(values):
+            if value is None:
+                others = [r for j, r in enumerate(rewards) if j != i and tasks[j][0] == tasks[i][0]]
+                values[i] = sum(others) / len(others) if others else rewards[i]
+        return values  # type: ignore[return-value]
 
     def update(self, env: str, task_type: str, task_id: str, reward: float) -> None:
         keys = self.keys(env, task_type, task_id)
-        starts = [self._read(keys[level:]) for level in range(len(keys))]  # before any change
+        starts = [self._read(keys[level + 1 :]) for level in range(len(keys))]  # before any change
         for key, start in zip(keys, starts):
-            count, value = self.estimates.get(key, [self.prior_weight, start])
+            count, value = self.estimates.get(key, [self.prior_weight, start] if start is not None else [0.0, 0.0])
             count += 1
             value += max(self.rate, 1.0 / count) * (reward - value)
             self.estimates[key] = [count, value]

@@ -60,7 +60,7 @@ def realized_future(trajectory: Trajectory, segment: Segment, future_turns: int,
     segment's action, then up to ``future_turns`` later action/observation pairs.
     """
     turn = trajectory.turns[segment.turn]
-    if len(trajectory.turns) == 1:
+    if not trajectory.multi_turn:
         rest = decode(turn.action_ids[segment.end :]).strip()
         return f"Rest of the response:\n{rest}" if rest else "This was the end of the response."
     lines = [f"Observation {segment.turn + 1}: {turn.observation}"] if turn.observation else []

@@ -4,7 +4,11 @@
     rho_j = pi_theta(y_j) / pi_old(y_j)
 
 e_j is the eligibility mask, N the number of eligible tokens in the mini-batch, c_j the
-token credit (HP-RLVR) or the trajectory's advantage (GRPO). Micro-batches accumulate
+token credit (HP-RLVR) or the trajectory's advantage (GRPO). A rollout batch is split,
+in rollout order, into mini-batches of ``mini_batch_size`` trajectories, one optimizer
+step (one *gradient record*) each, as verl's PPO mini-batches are: GRPO with G rollouts
+per prompt logs G times the records of HP-RLVR at equal prompts, and a mini-batch of
+groups whose rewards all tie has an exactly zero gradient. Micro-batches accumulate
 gradients with the mini-batch's N as the normalizer, so micro-batching does not change
 the update. The total gradient norm of every optimizer step is recorded; a step whose
 loss or gradient is not finite is skipped.
@@ -13,7 +17,6 @@ loss or gradient is not finite is skipped.
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 
 import torch
@@ -95,10 +98,9 @@ class Learner:
         temperature: float,
         max_grad_norm: float,
         micro_batch_tokens: int,
-        mini_batches: int = 1,
+        mini_batch_size: int = 8,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
-        seed: int = 0,
     ):
         self.policy = policy
         self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
@@ -106,22 +108,21 @@ class Learner:
         self.temperature = temperature
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
-        self.mini_batches = mini_batches
-        self.shuffle = random.Random(seed)
+        self.mini_batch_size = mini_batch_size
         self.pad_id = policy.tokenizer.pad_token_id or 0
 
     def _project(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.policy.project(hidden) / self.temperature
 
-    def step(self, samples: list[TrainingSample]) -> list[StepRecord]:
-        """Learn from one rollout batch: ``mini_batches`` optimizer steps."""
-        samples = [s for s in samples if s.num_action_tokens > 0]
-        if not samples:
-            return []
-        order = list(range(len(samples)))
-        self.shuffle.shuffle(order)
-        per_step = math.ceil(len(order) / self.mini_batches)
-        return [self._optimizer_step([samples[i] for i in order[k : k + per_step]]) for k in range(0, len(order), per_step)]
+    def step(self, trajectories: list[list[TrainingSample]]) -> list[StepRecord]:
+        """Learn from one rollout batch (each trajectory's turns as samples): one
+        optimizer step per ``mini_batch_size`` trajectories, in order."""
+        records = []
+        for start in range(0, len(trajectories), self.mini_batch_size):
+            samples = [s for turns in trajectories[start : start + self.mini_batch_size] for s in turns if s.num_action_tokens > 0]
+            if samples:
+                records.append(self._optimizer_step(samples))
+        return records
 
     def _optimizer_step(self, samples: list[TrainingSample]) -> StepRecord:
         self.policy.model.train()

@@ -60,14 +60,14 @@ def _mark_errored(trajectory: Trajectory, error: EnvError) -> None:
     trajectory.info["traceback"] = error.traceback
 
 
-def _finish_turn(trajectory: Trajectory, turn: Turn, step_out: tuple) -> bool:
+def _finish_turn(trajectory: Trajectory, turn: Turn, step_out: tuple, failure_reward: float) -> bool:
     """Record the env's answer to ``turn``; True when the episode is over."""
     observation, reward, terminated, truncated, info = step_out
     # Multi-turn envs whose observation is a whole prompt put the new game text alone in
     # info["game_text"]: that, not the prompt, is what hindsight shows as the future.
     turn.observation = str(info.get("game_text", observation) or "")
     turn.reward = float(reward)
-    turn.penalty = float(info.get("penalty", 0.0))
+    turn.shaping = float(info.get("shaping", 0.0))
     turn.action = str(info.get("action", turn.action_text))
     turn.invalid = bool(info.get("invalid_action", False))
     trajectory.turns.append(turn)
@@ -77,6 +77,8 @@ def _finish_turn(trajectory: Trajectory, turn: Turn, step_out: tuple) -> bool:
         trajectory.feedback = verdict.feedback
         trajectory.success = verdict.success
     if truncated and not terminated:
+        if verdict is None:  # the env's own time limit, without a verdict of its own
+            _cut_off(trajectory, len(trajectory.turns), failure_reward)
         trajectory.truncated = True
     return terminated or truncated
 
@@ -124,7 +126,8 @@ def _play_wave(
     times: PhaseTimes,
     chat_history: bool,
 ) -> list[Trajectory]:
-    trajectories = [Trajectory(env=env_name, task_id=e.task_id, task_type="", group=e.group) for e in wave]
+    multi_turn = pool.max_turns > 1
+    trajectories = [Trajectory(env=env_name, task_id=e.task_id, task_type="", group=e.group, multi_turn=multi_turn) for e in wave]
     started = time.perf_counter()
     resets = pool.reset_many([(slot, seed + slot, {"task_id": e.task_id}) for slot, e in enumerate(wave)])
     times.add("time/env_step", time.perf_counter() - started)
@@ -136,7 +139,8 @@ def _play_wave(
         observations[slot], info = result
         trajectory.task_id = info.get("task_id", trajectory.task_id)
         trajectory.task_type = info.get("task_type", "")
-    for _ in range(max_turns or pool.max_turns):
+    turn_limit = max_turns or pool.max_turns
+    for _ in range(turn_limit):
         if not observations:
             break
         slots = list(observations)
@@ -161,10 +165,19 @@ def _play_wave(
                 trajectory.turns.append(turn)
                 _mark_errored(trajectory, result)
                 del observations[slot]
-            elif _finish_turn(trajectory, turn, result):
+            elif _finish_turn(trajectory, turn, result, pool.reward_bounds[0]):
                 del observations[slot]
             else:
                 observations[slot] = result[0]
-    for slot in observations:  # ran out of turns
-        trajectories[slot].truncated = True
+    for slot in observations:  # cut off by rollout.max_turns before the env ended it
+        _cut_off(trajectories[slot], turn_limit, pool.reward_bounds[0])
     return trajectories
+
+
+def _cut_off(trajectory: Trajectory, turn_limit: int, failure_reward: float) -> None:
+    """An episode the rollout stopped is a failure with a verdict that says so: the
+    baseline and hindsight see an outcome, not an empty reward."""
+    trajectory.truncated = True
+    trajectory.reward, trajectory.success = failure_reward, False
+    trajectory.feedback = f"The episode was cut off after {turn_limit} turns without finishing the task."
+

@@ -18,14 +18,14 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hp_agent.config import TrainConfig, load_config, save_config
-from hp_agent.credit import HistoricalBaseline, grpo_advantages, hp_rlvr_credit, normalize_weights
+from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
 from hp_agent.envs.vector import EnvPool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
 from hp_agent.learner import Learner, StepRecord, TrainingSample
-from hp_agent.policies import SamplingParams, load_policy
+from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.rollout import Episode, PhaseTimes, collect
 from hp_agent.runs import JsonlLog, MetricsWriter, latest_checkpoint, load_checkpoint_state, save_checkpoint
-from hp_agent.trajectory import Trajectory
+from hp_agent.trajectory import Trajectory, format_token_mask
 
 
 class TrainingError(RuntimeError):
@@ -62,38 +62,71 @@ class TaskSampler:
         return out
 
 
+def credit_batch(
+    trajectories: list[Trajectory], scores: list[TrajectoryScores], baseline: HistoricalBaseline, with_weights: bool
+) -> CreditBatch:
+    """The flat tensors a credit rule reads; every baseline is read before any update."""
+    turns = [(i, turn) for i, traj in enumerate(trajectories) for turn in traj.turns]
+    tasks = [(t.env, t.task_type, t.task_id) for t in trajectories]
+    rewards = [t.reward for t in trajectories]
+    token_turn = torch.cat([torch.full((len(turn.action_ids),), k, dtype=torch.long) for k, (_, turn) in enumerate(turns)])
+    return CreditBatch(
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        baselines=torch.tensor(baseline.batch_values(tasks, rewards), dtype=torch.float32),
+        groups=torch.tensor([t.group for t in trajectories], dtype=torch.long),
+        turn_trajectory=torch.tensor([i for i, _ in turns], dtype=torch.long),
+        turn_shaping=torch.tensor([turn.shaping for _, turn in turns], dtype=torch.float32),
+        token_turn=token_turn,
+        weights=torch.cat([w for score in scores for w in score.weights]) if with_weights else None,
+    )
+
+
 def assign_credit(
-    trajectories: list[Trajectory], scores: list[TrajectoryScores], config: TrainConfig, baseline: HistoricalBaseline
-) -> tuple[list[TrainingSample], dict[str, float]]:
-    """Token credit for every turn of every usable trajectory (DESIGN.md steps 5-6, GRPO)."""
-    usable = [(t, s) for t, s in zip(trajectories, scores) if not t.errored]
-    credits: list[list[torch.Tensor]] = []
-    metrics: dict[str, float] = {}
-    if config.algo.name == "hp-rlvr":
-        # Read every baseline before any update: a reward never centers itself.
-        baselines = [baseline.value(t.env, t.task_type, t.task_id) for t, _ in usable]
-        for (traj, score), b in zip(usable, baselines):
-            flat = normalize_weights(torch.cat(score.weights), config.hindsight.weight_norm)
-            penalties = torch.cat([torch.full((len(turn.action_ids),), turn.penalty) for turn in traj.turns])
-            credit, m = hp_rlvr_credit(flat, traj.reward, b, penalties)
-            credits.append(list(credit.split([len(turn.action_ids) for turn in traj.turns])))
-            for key, value in m.items():
-                metrics[key] = metrics.get(key, 0.0) + value / len(usable)
-        for traj, _ in usable:
-            baseline.update(traj.env, traj.task_type, traj.task_id, traj.reward)
-        metrics["credit/baseline_mean"] = sum(baselines) / max(len(baselines), 1)
-    else:
-        returns = torch.tensor([t.reward + sum(turn.penalty for turn in t.turns) for t, _ in usable])
-        groups = torch.tensor([t.group for t, _ in usable])
-        advantages, metrics = grpo_advantages(returns, groups, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
-        credits = [[torch.full((len(turn.action_ids),), float(a)) for turn in t.turns] for (t, _), a in zip(usable, advantages)]
+    trajectories: list[Trajectory],
+    scores: list[TrajectoryScores],
+    rule: CreditRule,
+    options: CreditOptions,
+    baseline: HistoricalBaseline,
+    format_masks: list[list[list[bool]]] | None = None,
+) -> tuple[list[list[TrainingSample]], dict[str, float]]:
+    """Token credit for every turn of every usable trajectory (DESIGN.md steps 5-6), then
+    the baseline update. Returns the learner's samples, one list of turns per trajectory.
+
+    ``format_masks[i][t]`` marks answer-format tokens of turn t of trajectory i (for the
+    credit breakdown; all content when absent).
+    """
+    usable = [k for k, t in enumerate(trajectories) if not t.errored and any(turn.action_ids for turn in t.turns)]
+    if not usable:
+        return [], {}
+    kept = [trajectories[k] for k in usable]
+    batch = credit_batch(kept, [scores[k] for k in usable], baseline, rule.hindsight)
+    credit, metrics = rule.fn(batch, options)
+    for traj in kept:
+        baseline.update(traj.env, traj.task_type, traj.task_id, traj.reward)
+    turns = [turn for traj in kept for turn in traj.turns]
+    format_mask = torch.tensor(
+        [bit for k in usable for t, turn in enumerate(trajectories[k].turns)
+         for bit in (format_masks[k][t] if format_masks is not None else [False] * len(turn.action_ids))],
+        dtype=torch.bool,
+    )
+    invalid = torch.tensor([turn.invalid for turn in turns], dtype=torch.bool)
+    metrics.update(credit_breakdown(credit, batch.token_turn, invalid, format_mask))
+    metrics["credit/baseline_mean"] = float(batch.baselines.mean())
+    turn_credit = iter(credit.split([len(turn.action_ids) for turn in turns]))
     samples = [
-        TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, credit)
-        for (traj, score), traj_credit in zip(usable, credits)
-        for turn, old, credit in zip(traj.turns, score.causal_logprobs, traj_credit)
-        if turn.action_ids
+        [
+            TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, next(turn_credit))
+            for turn, old in zip(trajectories[k].turns, scores[k].causal_logprobs)
+        ]
+        for k in usable
     ]
     return samples, metrics
+
+
+def answer_format_masks(policy: Policy, trajectories: list[Trajectory], answer_format: str | None) -> list[list[list[bool]]]:
+    """Per trajectory and turn: True on the action's answer-format tokens (see ``TextEnv.answer_format``)."""
+    special = policy.tokenizer.all_special_tokens
+    return [[format_token_mask(policy.decode_tokens(turn.action_ids), answer_format, special) for turn in t.turns] for t in trajectories]
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
@@ -155,12 +188,9 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
                          backend=config.model.backend, prefix_cache_tokens=config.model.prefix_cache_tokens)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
     save_config(config, run_dir / "config.yaml")
-    low, high = envs.reward_bounds
-    baseline = HistoricalBaseline(
-        rate=config.baseline.rate,
-        initial=config.baseline.initial if config.baseline.initial is not None else (low + high) / 2,
-        prior_weight=config.baseline.prior_weight,
-    )
+    baseline = HistoricalBaseline(rate=config.baseline.rate, initial=config.baseline.initial, prior_weight=config.baseline.prior_weight)
+    rule = config.algo.rule
+    credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
     learner = Learner(
         policy,
         lr=config.learner.lr,
@@ -169,10 +199,9 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         temperature=config.rollout.temperature,
         max_grad_norm=config.learner.max_grad_norm,
         micro_batch_tokens=config.learner.micro_batch_tokens,
-        mini_batches=config.learner.mini_batches,
+        mini_batch_size=config.learner.mini_batch_size,
         weight_decay=config.learner.weight_decay,
         betas=config.learner.betas,
-        seed=config.trainer.seed,
     )
     sampler = TaskSampler(envs.task_ids(), config.trainer.seed)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
@@ -191,7 +220,6 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         learner.optimizer.load_state_dict(optimizer_state)
         baseline.load_state_dict(state["baseline"])
         sampler.epoch, sampler.position = state["sampler"]
-        learner.shuffle.setstate(state["learner_shuffle"])
         _set_rng_state(state["rng"])
         start_step, totals = state["step"], state["totals"]
     metrics_log = MetricsWriter(run_dir, resume_step=start_step if resume is not None else None)
@@ -201,7 +229,7 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         if config.trainer.save_trajectories
         else None
     )
-    hindsight_phase = "time/hindsight" if config.algo.name == "hp-rlvr" else "time/replay"
+    hindsight_phase = "time/hindsight" if rule.hindsight else "time/replay"
     summary = RunSummary(run_dir=run_dir, steps=start_step)
 
     # --- the loop ------------------------------------------------------------------
@@ -229,11 +257,12 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
 
             # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot
             started = time.perf_counter()
-            scores = score_trajectories(policy, trajectories, scoring, with_hindsight=config.algo.name == "hp-rlvr")
+            scores = score_trajectories(policy, trajectories, scoring, with_hindsight=rule.hindsight)
             times.add(hindsight_phase, time.perf_counter() - started)
 
             # 3. credit, then 4. the policy update
-            samples, credit_metrics = assign_credit(trajectories, scores, config, baseline)
+            format_masks = answer_format_masks(policy, trajectories, envs.answer_format)
+            samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, baseline, format_masks)
             started = time.perf_counter()
             records = learner.step(samples)
             times.add("time/train", time.perf_counter() - started)
@@ -257,7 +286,6 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
                     "step": step + 1,
                     "baseline": baseline.state_dict(),
                     "sampler": (sampler.epoch, sampler.position),
-                    "learner_shuffle": learner.shuffle.getstate(),
                     "rng": _rng_state(),
                     "totals": dict(totals),
                 }

@@ -12,8 +12,11 @@ split at paragraph boundaries ("\\n\\n") with a maximum segment length.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,8 +35,9 @@ class Turn:
     action_text:     ``action_ids`` decoded, special tokens removed.
     action:          the action the environment parsed from ``action_text``.
     observation:     the environment's answer to this action ("" when the episode ended).
-    reward:          the step reward the environment returned (outcome plus penalty).
-    penalty:         per-turn shaping included in ``reward`` (e.g. invalid-action penalty).
+    reward:          the step reward the environment returned (outcome plus shaping).
+    shaping:         per-turn shaping reward included in ``reward``, negative for a cost
+                     (-0.1 for an invalid ALFWorld action); added to the turn's credit.
     invalid:         the action could not be parsed.
     """
 
@@ -45,7 +49,7 @@ class Turn:
     action: str = ""
     observation: str = ""
     reward: float = 0.0
-    penalty: float = 0.0
+    shaping: float = 0.0
     invalid: bool = False
 
 
@@ -56,6 +60,8 @@ class Trajectory:
     reward:   the verifier's outcome reward R (from the final ``Verdict``).
     feedback: the verifier's feedback O shown in hindsight (never a reference answer).
     group:    index of the prompt group (GRPO samples G trajectories per group).
+    multi_turn: played in a multi-turn env: each turn is one segment and hindsight shows
+              the later turns, even when the episode ended after one turn.
     errored:  the episode failed for an infrastructure reason and is excluded from learning.
     """
 
@@ -68,6 +74,7 @@ class Trajectory:
     success: bool = False
     truncated: bool = False
     group: int = 0
+    multi_turn: bool = False
     errored: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -77,7 +84,11 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         data = dict(data)
-        data["turns"] = [Turn(**turn) for turn in data.get("turns", [])]
+        turns = [dict(turn) for turn in data.get("turns", [])]
+        for turn in turns:  # files written before shaping replaced a positive "penalty"
+            if "penalty" in turn:
+                turn["shaping"] = -turn.pop("penalty")
+        data["turns"] = [Turn(**turn) for turn in turns]
         return cls(**data)
 
 
@@ -126,15 +137,35 @@ def segments(
 ) -> list[Segment]:
     """Hindsight segments of a trajectory.
 
-    Multi-turn trajectories: one segment per turn's action. Single-turn trajectories:
+    Multi-turn trajectories: one segment per turn's action. Single-step trajectories:
     the response split at paragraph boundaries (see :func:`paragraph_segments`).
     ``token_texts[t]`` holds the decoded text of each action token of turn ``t``.
     """
-    if len(trajectory.turns) == 1:
+    if not trajectory.multi_turn:
         turn = trajectory.turns[0]
         spans = paragraph_segments(turn.action_ids, token_texts[0], max_segment_tokens)
         return [Segment(0, start, end) for start, end in spans]
     return [Segment(t, 0, len(turn.action_ids)) for t, turn in enumerate(trajectory.turns) if turn.action_ids]
+
+
+def format_token_mask(token_texts: Sequence[str], answer_format: str | None, special_texts: Iterable[str] = ()) -> list[bool]:
+    """True on tokens of the answer's markup: those overlapping a match of the
+    ``answer_format`` regular expression in the joined text, and special tokens (the
+    end-of-turn token).
+
+    >>> format_token_mask(["<action>", "go", " north", "</", "action>", "<|im_end|>"], "</?action>", ["<|im_end|>"])
+    [True, False, False, True, True, True]
+    """
+    special = set(special_texts)
+    mask = [text in special for text in token_texts]
+    if answer_format:
+        ends = list(itertools.accumulate(len(text) for text in token_texts))
+        for match in re.finditer(answer_format, "".join(token_texts)):
+            first = bisect.bisect_right(ends, match.start())
+            last = bisect.bisect_left(ends, match.end())
+            for i in range(first, min(last + 1, len(mask))):
+                mask[i] = True
+    return mask
 
 
 def write_jsonl(path: str | Path, trajectories: Iterable[Trajectory]) -> None:

@@ -168,7 +168,7 @@ def test_engine_text_equals_published_transcripts(id_env, ood_env):
 def test_invalid_actions_are_penalized_and_the_game_answers(id_env):
     _, info = id_env.reset(seed=0, options={"task_id": id_env.task_ids()[0]})
     observation, reward, terminated, truncated, info = id_env.step("I think I should look around carefully")
-    assert info["invalid_action"] and info["penalty"] == pytest.approx(0.1) and reward == pytest.approx(-0.1)
+    assert info["invalid_action"] and info["shaping"] == pytest.approx(-0.1) and reward == pytest.approx(-0.1)
     assert info["action"] == "i think i should look around carefully"[-30:]
     assert info["game_text"] == "Nothing happens." and not terminated and not truncated
     # A bare admissible command still reaches the game (verl-agent) but is penalized.
@@ -176,7 +176,7 @@ def test_invalid_actions_are_penalized_and_the_game_answers(id_env):
     _, reward, *_, info = id_env.step(target)
     assert info["invalid_action"] and reward == pytest.approx(-0.1) and info["game_text"].startswith("You arrive at")
     _, reward, *_, info = id_env.step(act("look"))
-    assert not info["invalid_action"] and reward == 0.0 and info["penalty"] == 0.0
+    assert not info["invalid_action"] and reward == 0.0 and info["shaping"] == 0.0
 
 
 def test_win_terminates_and_step_limit_truncates(root, id_env):

@@ -333,7 +333,7 @@ def test_reset_and_step() -> None:
     assert (obs2, reward, terminated, truncated) == ("", 1.0, True, False)
     assert step_info["action"] == task.solution and step_info["invalid_action"] is False
     assert step_info["tests_passed"] == 1.0 and step_info["tests_total"] == TESTS_PER_PROBLEM
-    assert step_info["verdict"].success and step_info["penalty"] == 0.0
+    assert step_info["verdict"].success and step_info["shaping"] == 0.0
     assert list(step_info)[-1] == "verdict"
     with pytest.raises(RuntimeError, match="reset"):
         env.step("```python\npass\n```")

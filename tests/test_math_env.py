@@ -251,7 +251,7 @@ def test_reset_and_step(train_env: MathEnv) -> None:
     obs2, reward, terminated, truncated, step_info = train_env.step(f"Work... \\boxed{{{answer}}}")
     assert (obs2, reward, terminated, truncated) == ("", 1.0, True, False)
     assert step_info["action"] == answer and step_info["invalid_action"] is False
-    assert step_info["penalty"] == 0.0 and step_info["verdict"].success
+    assert step_info["shaping"] == 0.0 and step_info["verdict"].success
     assert step_info["task_id"] == task_id and step_info["task_type"] == info["task_type"]
     with pytest.raises(RuntimeError, match="reset"):
         train_env.step("\\boxed{1}")

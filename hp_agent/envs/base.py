@@ -9,8 +9,8 @@ Every environment, single-step (math, code) or multi-turn (ALFWorld), is a
   ``admissible_actions``.
 * ``step(action_text)`` returns ``(observation, reward, terminated, truncated, info)``.
   When an episode ends, ``info["verdict"]`` holds the :class:`Verdict` (outcome reward R
-  and feedback). Per-step shaping (e.g. an invalid-action penalty) is reported as
-  ``info["penalty"]`` and is already included in ``reward``; ``info["action"]`` is the
+  and feedback). Per-step shaping is reported as ``info["shaping"]``, a reward that is
+  negative for a cost (-0.1 for an invalid action), already included in ``reward``; ``info["action"]`` is the
   parsed action and ``info["invalid_action"]`` flags an unparsable one. An env whose
   observation is a whole prompt (history, instructions) puts the new text alone in
   ``info["game_text"]``; trajectories record that as the turn's observation.
@@ -62,13 +62,16 @@ class TextEnv(gym.Env[str, str]):
     """Base class for text environments.
 
     Subclasses set ``reward_bounds`` (lowest and highest outcome reward R; the credit
-    bound |R_max - R_min| and the default baseline derive from it) and ``system_prompt``
-    (the system message the rollout puts before each observation, or ``None``).
+    bound |R_max - R_min| derives from it), ``system_prompt`` (the system message the
+    rollout puts before each observation, or ``None``) and ``answer_format`` (a regular
+    expression matching the answer's markup, e.g. ``<action>`` tags, so that the trainer
+    can log the credit of format tokens apart from content tokens).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     system_prompt: ClassVar[str | None] = None
+    answer_format: ClassVar[str | None] = None
     max_turns: int = 1
 
     def __init__(self, max_observation_chars: int = 200_000, max_action_chars: int = 32_768):

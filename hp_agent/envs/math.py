@@ -30,6 +30,7 @@ class MathEnv(SingleStepTaskEnv):
         "Solve the math problem. Reason step by step, then give the final answer as \\boxed{answer}."
     )
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    answer_format: ClassVar[str | None] = r"\\boxed\{|\}"
     _tasks: dict[str, MathTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,
@@ -55,7 +56,7 @@ class MathEnv(SingleStepTaskEnv):
             "verdict": verdict,
             "action": answer if answer is not None else "",
             "invalid_action": answer is None,
-            "penalty": 0.0,
+            "shaping": 0.0,
             "task_id": task.id,
             "task_type": task.task_type,
         }

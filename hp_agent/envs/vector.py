@@ -23,7 +23,7 @@ of one worker run one after another in it, in request order.
   request of the call it had not answered yet gets an ``EnvError`` (``WorkerDied`` or
   ``EnvTimeout``), and a later ``step`` on any of its slots gets ``EnvStateLost`` until
   that slot is reset. The pool itself never waits without a deadline.
-* ``system_prompt``, ``max_turns``, ``reward_bounds`` and ``task_ids()`` are read once,
+* ``system_prompt``, ``answer_format``, ``max_turns``, ``reward_bounds`` and ``task_ids()`` are read once,
   from the first env.
 * Workers are daemonic, ignore Ctrl-C (the parent handles it) and exit when their pipe
   to the parent closes: on ``close()``, or when the parent dies. Use ``with EnvPool(...)``.
@@ -95,7 +95,7 @@ def _attributes(env: TextEnv) -> dict[str, Any]:
         task_ids = list(env.task_ids())
     except NotImplementedError:
         task_ids = None
-    return {"system_prompt": env.system_prompt, "max_turns": int(env.max_turns),
+    return {"system_prompt": env.system_prompt, "answer_format": env.answer_format, "max_turns": int(env.max_turns),
             "reward_bounds": tuple(env.reward_bounds), "task_ids": task_ids}
 
 
@@ -257,7 +257,8 @@ class EnvPool:
         if self.num_workers == 0:
             if self._owns_envs:
                 self._envs = [build_env(env, **self.env_kwargs) for _ in range(num_envs)]
-            self._attributes = {"system_prompt": self._envs[0].system_prompt, "reward_bounds": tuple(self._envs[0].reward_bounds),
+            self._attributes = {"system_prompt": self._envs[0].system_prompt, "answer_format": self._envs[0].answer_format,
+                                "reward_bounds": tuple(self._envs[0].reward_bounds),
                                 "max_turns": max(int(e.max_turns) for e in self._envs)}
             return
         method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
@@ -278,6 +279,10 @@ class EnvPool:
     @property
     def system_prompt(self) -> str | None:
         return self._attributes["system_prompt"]
+
+    @property
+    def answer_format(self) -> str | None:
+        return self._attributes["answer_format"]
 
     @property
     def max_turns(self) -> int:

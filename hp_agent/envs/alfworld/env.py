@@ -16,7 +16,7 @@ alfworld.py`` and ``env_manager.py``) so success rates compare with published ru
   response's last 30 characters (lowercased) and normally answers "Nothing happens.";
   the step costs ``invalid_penalty``.
 * Reward: ``win_reward`` on the step that wins, minus ``invalid_penalty`` on each invalid
-  step (``info["penalty"]``). Winning terminates; ``max_steps`` steps without a win
+  step (``info["shaping"] = -invalid_penalty``, negative: a cost). Winning terminates; ``max_steps`` steps without a win
   truncate (Gymnasium-style). The verdict's reward is ``win_reward`` or 0.
 
 ``prompt_mode="chat"``: the first observation is the same; later observations hold only
@@ -161,6 +161,7 @@ class AlfworldEnv(TextEnv):
 
     system_prompt: ClassVar[str | None] = None
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 10.0)
+    answer_format: ClassVar[str | None] = r"</?action>|</?think>"
     # Prompts for the tokenizer corpus: games played and steps taken per game.
 
     def __init__(self, split: str = "train", source: str = "auto", data_root: str | Path | None = None,
@@ -246,10 +247,10 @@ class AlfworldEnv(TextEnv):
         terminated = result.won
         truncated = not terminated and len(episode.history) >= self.max_steps
         episode.done = terminated or truncated
-        penalty = 0.0 if valid else self.invalid_penalty
-        reward = (self.win_reward if terminated else 0.0) - penalty
+        shaping = 0.0 if valid else -self.invalid_penalty
+        reward = (self.win_reward if terminated else 0.0) + shaping
         info = self._info()
-        info.update(action=command, invalid_action=not valid, penalty=penalty, accepted=result.accepted)
+        info.update(action=command, invalid_action=not valid, shaping=shaping, accepted=result.accepted)
         if episode.done:
             info["verdict"] = self._verdict()
         return self._render(), reward, terminated, truncated, info

@@ -127,7 +127,7 @@ def play_episode(env: TextEnv, policy: ScriptedPolicy, job: Job, env_name: str =
         observation, reward, terminated, truncated, info = env.step(response)
         trajectory.turns.append(Turn(prompt, [], [], [], response, action=str(info.get("action", response)),
                                      observation=str(info.get("game_text", observation)), reward=float(reward),
-                                     penalty=float(info.get("penalty", 0.0)),
+                                     shaping=float(info.get("shaping", 0.0)),
                                      invalid=bool(info.get("invalid_action", False))))
         verdict = info.get("verdict")
         if verdict is not None:

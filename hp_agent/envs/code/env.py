@@ -43,6 +43,7 @@ class CodeEnv(SingleStepTaskEnv):
         "Solve the programming problem in Python 3. Reply with the complete program in one ```python code block."
     )
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    answer_format: ClassVar[str | None] = r"```(?:python|py)?"
     _tasks: dict[str, CodeTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,
@@ -70,7 +71,7 @@ class CodeEnv(SingleStepTaskEnv):
         info = {
             "action": program if program is not None else "",
             "invalid_action": program is None,
-            "penalty": 0.0,
+            "shaping": 0.0,
             "task_id": task.id,
             "task_type": task.task_type,
             "tests_passed": result.fraction_passed,
