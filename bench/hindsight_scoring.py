@@ -89,7 +89,7 @@ def synth_trajectory(policy: Policy, turns: int, mode: str, rng: random.Random) 
         history.append((observation, command))
     made[-1].observation = ""
     feedback = f"failure: the task was not completed within {turns} steps; last observation: {history[-1][0]}"
-    return Trajectory("alfworld", f"synth-{rng.randint(0, 10**6)}", "pick", made, 0.0, feedback, False)
+    return Trajectory("alfworld", f"synth-{rng.randint(0, 10**6)}", "pick", made, 0.0, feedback, False, multi_turn=True)
 
 
 def time_scoring(policy: Policy, trajectories: list[Trajectory], options: ScoringOptions) -> tuple[float, list]:

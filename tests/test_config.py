@@ -47,3 +47,11 @@ def test_yaml_file_round_trip(tmp_path):
         load_config(tmp_path / "bad.yaml")
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_credit_rule_names_and_top_p_are_checked():
+    with pytest.raises(ConfigError, match="unknown credit rule 'ppo'; registered: grpo, hp-rlvr, reinforce"):
+        load_config(overrides=["algo.name=ppo"])
+    assert load_config(overrides=["algo.name=reinforce"]).algo.rollouts_per_prompt == 1
+    with pytest.raises(ConfigError, match=r"rollout.top_p=0.9 cannot train.*set rollout.top_p=1.0"):
+        load_config(overrides=["rollout.top_p=0.9"])

@@ -45,7 +45,8 @@ def _multi_turn_trajectory(policy, turns=4):
         action_ids = policy.tokenizer.encode(action_text, add_special_tokens=False) + [policy.eos_token_id]
         made.append(Turn(messages, policy.render(messages), action_ids, [0.0] * len(action_ids), action_text, action_text, f"You see door {t + 1}."))
     made[-1].observation = ""
-    return Trajectory("rooms", "g1", "walk", made, reward=0.0, feedback="failure: the goal was not reached", success=False)
+    return Trajectory("rooms", "g1", "walk", made, reward=0.0, feedback="failure: the goal was not reached", success=False,
+                      multi_turn=True)
 
 
 def test_block_holds_future_and_feedback_never_the_reference(tiny_policy):
@@ -144,7 +145,8 @@ def _alfworld_like_trajectory(policy, turns=5):
                          f"go to {places[t + 1]}", f"You arrive at {places[t + 1]}. Nothing happens."))
         history.append((observation, action_text))
     made[-1].observation = ""
-    return Trajectory("alfworld", "g7", "clean", made, reward=0.0, feedback="failure: not completed within 5 steps", success=False)
+    return Trajectory("alfworld", "g7", "clean", made, reward=0.0, feedback="failure: not completed within 5 steps", success=False,
+                      multi_turn=True)
 
 
 def _max_difference(a, b, field):

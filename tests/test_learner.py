@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from hp_agent.config import load_config
-from hp_agent.credit import HistoricalBaseline
+from hp_agent import TextEnv, Verdict
+from hp_agent.credit import CREDIT_RULES, CreditOptions, HistoricalBaseline, credit_rule, register_credit
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.learner import Learner, TrainingSample, clipped_policy_loss
@@ -27,16 +27,21 @@ def _rollouts(policy, tasks=3, group=1, max_new_tokens=24):
     return collect(policy, envs, "math", episodes, SamplingParams(max_new_tokens=max_new_tokens))
 
 
-def _learner(policy, micro_batch_tokens=4096, lr=1e-3):
-    return Learner(policy, lr=lr, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9, micro_batch_tokens=micro_batch_tokens)
+def _learner(policy, micro_batch_tokens=4096, lr=1e-3, mini_batch_size=1000):
+    return Learner(policy, lr=lr, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
+                   micro_batch_tokens=micro_batch_tokens, mini_batch_size=mini_batch_size)
+
+
+def _credit(trajectories, scores, algo="hp-rlvr", baseline=None):
+    return assign_credit(trajectories, scores, credit_rule(algo), CreditOptions(), baseline or HistoricalBaseline())
 
 
 def test_learner_trains_on_the_sampled_token_ids(policy):
     trajectories = _rollouts(policy)
     scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
-    samples, _ = assign_credit(trajectories, scores, load_config(), HistoricalBaseline(initial=0.5))
+    samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     assert len(samples) == len(trajectories)
-    for sample, trajectory, score in zip(samples, trajectories, scores):
+    for (sample,), trajectory, score in zip(samples, trajectories, scores):
         turn = trajectory.turns[0]
         assert turn.prompt_ids == policy.render(turn.prompt_messages)  # prompt as rendered at generation
         assert sample.input_ids == turn.prompt_ids + turn.action_ids  # never re-tokenized text
@@ -74,8 +79,7 @@ def test_zero_credit_gives_an_exact_zero_gradient(policy):
     for trajectory in trajectories:  # every member of each group failed alike
         trajectory.reward, trajectory.success = 0.0, False
     scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False)
-    config = load_config(overrides=["algo.name=grpo", "algo.group_size=4"])
-    samples, metrics = assign_credit(trajectories, scores, config, HistoricalBaseline())
+    samples, metrics = _credit(trajectories, scores, "grpo")
     assert metrics["credit/degenerate_group_fraction"] == 1.0
     before = copy.deepcopy(policy.model.state_dict())
     (record,) = _learner(policy).step(samples)
@@ -87,7 +91,7 @@ def test_zero_credit_gives_an_exact_zero_gradient(policy):
 def test_micro_batching_does_not_change_the_update(policy):
     trajectories = _rollouts(policy, tasks=4)
     scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
-    samples, _ = assign_credit(trajectories, scores, load_config(), HistoricalBaseline(initial=0.5))
+    samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     other = copy.deepcopy(policy)
     (whole,) = _learner(policy, micro_batch_tokens=100_000).step(samples)
     (pieces,) = _learner(other, micro_batch_tokens=64).step(samples)
@@ -107,7 +111,7 @@ def test_nonfinite_step_is_skipped_then_training_stops(policy, tmp_path):
         credit=torch.tensor([float("nan"), 1.0, 1.0]),
     )
     before = copy.deepcopy(policy.model.state_dict())
-    (record,) = _learner(policy).step([sample])
+    (record,) = _learner(policy).step([[sample]])
     assert record.skipped_nonfinite
     assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
 
@@ -118,3 +122,85 @@ def test_nonfinite_step_is_skipped_then_training_stops(policy, tmp_path):
     _account_grad_records([record], totals, 0, log, max_nonfinite=2)
     with pytest.raises(TrainingError, match="not finite in 2 optimizer steps in a row"):
         _account_grad_records([record], totals, 1, log, max_nonfinite=2)
+
+
+class TwoSteps(TextEnv):
+    """Two turns, then a failure verdict. Odd seeds make the second action invalid
+    (shaping -0.1, a cost), whatever the policy wrote, so the test controls validity."""
+
+    max_turns = 2
+
+    def task_ids(self):
+        return ["t"]
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.turn, self.odd = 0, bool((seed or 0) % 2)
+        return "go", {"task_id": "t", "task_type": "steps"}
+
+    def step(self, action):
+        self.turn += 1
+        invalid = self.odd and self.turn == 2
+        done = self.turn == 2
+        info = {"invalid_action": invalid, "shaping": -0.1 if invalid else 0.0}
+        if done:
+            info["verdict"] = Verdict(0.0, "failure", False)
+        return "next", info["shaping"], done, False, info
+
+
+def _two_step_rollouts(policy, episodes):
+    trajectories = collect(policy, [TwoSteps() for _ in episodes], "steps", episodes, SamplingParams(max_new_tokens=4), seed=0)
+    assert [t.turns[1].invalid for t in trajectories] == [k % 2 == 1 for k in range(len(episodes))]
+    return trajectories
+
+
+def test_invalid_turn_lowers_hp_rlvr_credit_from_env_to_learner(tiny_policy):
+    """Env -> rollout -> credit: the invalid turn's tokens get exactly 0.1 less credit.
+
+    One failed trajectory alone in the run's first step is centered on its own reward
+    (R - b = 0), so its credit is the shaping alone: 0 on the valid turn, -0.1 on the
+    invalid one. A flipped sign anywhere on the way makes the invalid turn's credit higher.
+    """
+    (trajectory,) = _two_step_rollouts(tiny_policy, [Episode("t"), Episode("t")])[1:]
+    scores = score_trajectories(tiny_policy, [trajectory], ScoringOptions(), with_hindsight=True)
+    ([valid, invalid],), metrics = _credit([trajectory], scores)
+    assert torch.equal(valid.credit, torch.zeros_like(valid.credit))
+    assert torch.allclose(invalid.credit, torch.full_like(invalid.credit, -0.1))
+    assert metrics["credit/invalid_turns_mean"] == pytest.approx(-0.1) and metrics["credit/valid_turns_mean"] == 0.0
+
+
+def test_grpo_gives_the_failed_rollout_with_an_invalid_turn_the_lower_advantage(tiny_policy):
+    trajectories = _two_step_rollouts(tiny_policy, [Episode("t", group=0), Episode("t", group=0)])
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=False)
+    (clean, _), (costly, _) = _credit(trajectories, scores, "grpo")[0]
+    assert clean.credit.min() > 0 > costly.credit.max()
+    assert float(clean.credit[0]) == pytest.approx(-float(costly.credit[0]))
+
+
+def test_a_registered_credit_rule_plugs_in_without_trainer_changes(tiny_policy):
+    trajectories = _two_step_rollouts(tiny_policy, [Episode("t"), Episode("t")])
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=False)
+
+    @register_credit("test-turn-index")
+    def turn_index(batch, options):
+        return batch.token_turn.float(), {"credit/custom": 1.0}
+
+    try:
+        samples, metrics = _credit(trajectories, scores, "test-turn-index")
+    finally:
+        del CREDIT_RULES["test-turn-index"]
+    assert metrics["credit/custom"] == 1.0
+    assert [float(turn.credit[0]) for turns in samples for turn in turns] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_gradient_records_are_mini_batches_of_trajectories_in_rollout_order(policy):
+    """GRPO with 2 prompts x 4 rollouts and mini-batches of 4 trajectories: 2 records.
+    The first prompt's group ties (a zero-gradient record), the second's does not."""
+    trajectories = _rollouts(policy, tasks=2, group=4)
+    for k, trajectory in enumerate(trajectories):
+        trajectory.reward = 0.0 if k < 4 else float(k % 2)
+    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False)
+    samples, _ = _credit(trajectories, scores, "grpo")
+    tied, varied = _learner(policy, mini_batch_size=4).step(samples)
+    assert tied.grad_norm == 0.0 and varied.grad_norm > 0.0
+    assert len(_learner(policy, mini_batch_size=1).step(samples)) == 8  # G times the records of 2 prompts alone

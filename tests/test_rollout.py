@@ -45,3 +45,26 @@ def test_turn_prompts(tiny_policy, chat_history):
         ]
     else:
         assert last == [{"role": "user", "content": "room 2"}]
+
+
+def test_an_episode_cut_off_by_max_turns_gets_a_failure_verdict(tiny_policy):
+    (trajectory,) = collect(tiny_policy, [Rooms()], "rooms", [Episode("walk")], SamplingParams(max_new_tokens=4), max_turns=2)
+    assert len(trajectory.turns) == 2 and trajectory.truncated and trajectory.multi_turn
+    assert (trajectory.reward, trajectory.success) == (0.0, False)
+    assert trajectory.feedback == "The episode was cut off after 2 turns without finishing the task."
+
+
+class TimeLimited(Rooms):
+    """Truncates (its own time limit) after one turn, without a verdict."""
+
+    reward_bounds = (-1.0, 1.0)
+
+    def step(self, action):
+        return "room 1", 0.0, False, True, {"shaping": -0.1, "invalid_action": True}
+
+
+def test_an_env_truncation_without_a_verdict_gets_one_and_shaping_is_kept(tiny_policy):
+    (trajectory,) = collect(tiny_policy, [TimeLimited()], "rooms", [Episode("walk")], SamplingParams(max_new_tokens=4))
+    assert trajectory.truncated and trajectory.reward == -1.0 and not trajectory.success  # the env's lowest outcome
+    assert "cut off after 1 turns" in trajectory.feedback
+    assert trajectory.turns[0].shaping == -0.1 and trajectory.turns[0].invalid

@@ -43,6 +43,7 @@ def test_two_steps_write_a_complete_run_folder(tmp_path, algo):
         assert all(record[key] >= 0 for key in PHASES + [phase])
         assert record["time/total"] >= record[phase]
     grads = read_jsonl_records(run / "grad_norms.jsonl")
+    # one record a step: 2 prompts x G <= 8 trajectories fit the default mini-batch
     assert len(grads) == 2 and all(g["grad_norm"] >= 0 for g in grads)
     assert summary.grad_records == 2
     trajectories = read_jsonl_records(run / "trajectories.jsonl")
@@ -54,15 +55,16 @@ def test_two_steps_write_a_complete_run_folder(tmp_path, algo):
     assert result.tasks == 3 and result.samples == 2 and 0.0 <= result.pass_at_k <= 1.0
 
 
-def test_hp_rlvr_changes_the_weights_and_grpo_counts_zero_gradients(tmp_path):
-    hp = hp_agent.train(_config(tmp_path, "hp-rlvr", steps=1), progress=False)
-    grads = read_jsonl_records(hp.run_dir / "grad_norms.jsonl")
-    # first step: baseline = midpoint 0.5, every reward 0 -> negative credit, non-zero gradient
-    assert grads[0]["grad_norm"] > 0
-    grpo = hp_agent.train(_config(tmp_path, "grpo", steps=1), progress=False)
-    metrics = read_jsonl_records(grpo.run_dir / "metrics.jsonl")[0]
-    if metrics["rollout/reward_mean"] == 0.0:  # every group failed alike: the paper's zero-gradient record
-        assert grpo.zero_grad_records == 1
+def test_grpo_logs_group_size_times_the_gradient_records_of_hp_rlvr(tmp_path):
+    """One step of 2 prompts, one trajectory per mini-batch: HP-RLVR 2 records, GRPO (G=4) 8;
+    a GRPO group whose rewards tie gives G zero-gradient records."""
+    learner = {"lr": 1e-4, "mini_batch_size": 1}
+    hp = hp_agent.train({**_config(tmp_path, "hp-rlvr", steps=1), "learner": learner}, progress=False)
+    grpo = hp_agent.train({**_config(tmp_path, "grpo", steps=1), "learner": learner}, progress=False)
+    assert (hp.grad_records, grpo.grad_records) == (2, 8)
+    trajectories = read_jsonl_records(grpo.run_dir / "trajectories.jsonl")
+    tied_groups = sum(len({t["reward"] for t in trajectories if t["group"] == g}) == 1 for g in (0, 1))
+    assert grpo.zero_grad_records >= 4 * tied_groups
 
 
 def _wait_for(predicate, timeout):

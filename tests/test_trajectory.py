@@ -1,4 +1,6 @@
-"""Trajectory model: eligibility masks, segments, JSONL round trip."""
+"""Trajectory model: eligibility masks, segments, format tokens, JSONL round trip."""
+
+import json
 
 import pytest
 
@@ -7,6 +9,7 @@ from hp_agent.trajectory import (
     Trajectory,
     Turn,
     eligible_mask,
+    format_token_mask,
     paragraph_segments,
     read_jsonl,
     segments,
@@ -42,8 +45,26 @@ def test_paragraph_segments_split_at_blank_lines_and_length():
 def test_segments_single_step_vs_multi_turn():
     single = Trajectory("math", "t", "x", turns=[_turn([1], [2, 3, 4])])
     assert segments(single, [["a\n\n", "b", "c"]], 10) == [Segment(0, 0, 1), Segment(0, 1, 3)]
-    multi = Trajectory("alfworld", "g", "pick", turns=[_turn([1], [2, 3], "obs"), _turn([1, 2], [4])])
+    multi = Trajectory("alfworld", "g", "pick", turns=[_turn([1], [2, 3], "obs"), _turn([1, 2], [4])], multi_turn=True)
     assert segments(multi, [["a", "\n\n"], ["b"]], 10) == [Segment(0, 0, 2), Segment(1, 0, 1)]
+    # an ALFWorld episode won in one step is still one segment per turn, not paragraphs
+    one_turn = Trajectory("alfworld", "g", "pick", turns=[_turn([1], [2, 3], "You win.")], multi_turn=True)
+    assert segments(one_turn, [["a\n\n", "b"]], 10) == [Segment(0, 0, 2)]
+
+
+def test_format_token_mask_marks_markup_and_special_tokens():
+    texts = ["<", "action", ">", "go", " to", " desk", "</action>", "<|im_end|>"]
+    assert format_token_mask(texts, "</?action>", ["<|im_end|>"]) == [True, True, True, False, False, False, True, True]
+    assert format_token_mask(["\\", "boxed", "{", "4", "}"], r"\\boxed\{|\}") == [True, True, True, False, True]
+    assert format_token_mask(["a", "b"], None) == [False, False]
+
+
+def test_files_with_a_positive_penalty_read_as_negative_shaping(tmp_path):
+    path = tmp_path / "old.jsonl"
+    turn = {"prompt_messages": [], "prompt_ids": [1], "action_ids": [2], "sample_logprobs": [0.0], "action_text": "x", "penalty": 0.1}
+    path.write_text(json.dumps({"env": "alfworld", "task_id": "g", "task_type": "pick", "turns": [turn]}) + "\n")
+    (trajectory,) = read_jsonl(path)
+    assert trajectory.turns[0].shaping == -0.1
 
 
 def test_jsonl_round_trip(tmp_path):

@@ -65,5 +65,7 @@ def make(name: str, **kwargs) -> TextEnv:
 register("math", "hp_agent.envs.math:MathEnv")
 register("alfworld", "hp_agent.envs.alfworld.env:AlfworldEnv")
 register("code", "hp_agent.envs.code:CodeEnv")
+register("keys", "hp_agent.envs.toy:KeysEnv")
+register("keyhint", "hp_agent.envs.toy:KeyHintEnv")
 
 __all__ = ["TextEnv", "list_envs", "make", "register", "text_space"]

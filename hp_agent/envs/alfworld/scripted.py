@@ -120,7 +120,8 @@ def play_episode(env: TextEnv, policy: ScriptedPolicy, job: Job, env_name: str =
     """Play one episode to its end (or ``env.max_turns`` steps) and record it."""
     observation, info = env.reset(seed=job.seed, options={"task_id": job.task_id})
     policy.start(env, info, job.seed)
-    trajectory = Trajectory(env=env_name, task_id=info["task_id"], task_type=info.get("task_type", ""), group=job.group)
+    trajectory = Trajectory(env=env_name, task_id=info["task_id"], task_type=info.get("task_type", ""), group=job.group,
+                            multi_turn=env.max_turns > 1)
     for _ in range(env.max_turns):
         response = policy.respond(observation, info)
         prompt = [{"role": "user", "content": observation}]
