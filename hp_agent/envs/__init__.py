@@ -66,6 +66,6 @@ register("math", "hp_agent.envs.math:MathEnv")
 register("alfworld", "hp_agent.envs.alfworld.env:AlfworldEnv")
 register("code", "hp_agent.envs.code:CodeEnv")
 register("keys", "hp_agent.envs.toy:KeysEnv")
-register("keyhint", "hp_agent.envs.toy:KeyHintEnv")
+register("keystep", "hp_agent.envs.toy:KeyStepEnv")
 
 __all__ = ["TextEnv", "list_envs", "make", "register", "text_space"]

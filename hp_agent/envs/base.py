@@ -89,7 +89,8 @@ class TextEnv(gym.Env[str, str]):
         return iter(())
 
     def demonstrations(self) -> Iterator[tuple[str, str]]:
-        """(first observation, good response) pairs of this split, for supervised warm-up."""
+        """(observation, response) pairs of this split for supervised warm-up: good
+        responses, unless the env was asked for noisy ones (the toy envs' ``demo_mistakes``)."""
         raise NotImplementedError(f"{type(self).__name__} has no built-in demonstrations")
 
     def task_id_for_seed(self, seed: int) -> str:

@@ -1,25 +1,37 @@
 """Two small box-and-key envs, made for learning tests: fast, short prompts, held-out tasks.
 
-* ``keys`` (:class:`KeysEnv`, multi-turn): a few closed boxes, labelled with digits; one
-  hides the key. Actions ``open N`` and ``use key``. Opening a closed box shows whether the
-  key was in it; ``use key`` while holding the key wins (R = 1). Reopening a box, opening
-  one that is not there, using a key not held, or any other text is an invalid action:
-  it costs ``invalid_cost`` (``info["shaping"] = -invalid_cost``) and uses up the turn.
-  An episode has ``num_boxes + 1`` turns, exactly what the worst case needs (open every
-  box, then use the key), so every wasted turn can lose the game; out of turns, R = 0.
-* ``keyhint`` (:class:`KeyHintEnv`, single-step): a note names the box that holds the
-  key; the answer ``open N`` wins (R = 1) when N is that box. Opening another listed box
-  is a valid miss (R = 0); anything else is invalid (R = 0, cost ``invalid_cost``).
+The game: a row of closed boxes, each a different colour; one holds the key. The agent
+stands at the first box. Actions (exact words, case and surrounding space ignored):
 
-Tasks are a set of box labels (``num_boxes`` distinct digits 1-9) and the key's box; the
-task id is ``"<labels>-<key>"``, e.g. ``"257-5"``. Splits divide the label *sets*: a
-fixed quarter of them is ``test``, the rest ``train``, so a held-out task never shows a
-set of boxes seen in training.
+* ``open``: open the box it stands at (invalid if already open). Opening the key's box
+  gives the agent the key.
+* ``next``: walk to the next box (invalid at the last box). There is no way back, so
+  walking past a closed box that holds the key loses the game, a mistake whose cost only
+  shows turns later.
+* ``use key``: win, if the agent holds the key (invalid otherwise).
 
-Both envs can give noisy demonstrations (``demo_mistakes``): an expert that, with that
-probability at each step, makes a mistake instead. A short supervised warm-up on them
-gives a policy that knows the action format but succeeds well below the ceiling, the
-starting point that the learning tests (tests/test_learning.py) train from.
+Anything else is invalid too. An invalid action costs ``invalid_cost`` (``info["shaping"]
+= -invalid_cost``, included in the step reward) and uses up the turn.
+
+* ``keys`` (:class:`KeysEnv`, multi-turn): play the game. The outcome reward R is 1 for
+  a win, 0 when the turns run out. An episode has ``2 * num_boxes`` turns, what the worst
+  case needs (open and walk on at every box, then use the key at the last), so a wasted
+  turn can lose the game.
+* ``keystep`` (:class:`KeyStepEnv`, single-step): one state of the game; the answer is
+  the expert's action there (``open`` a closed box, ``use key`` once held, else ``next``).
+  R = 1 for it, 0 for another valid action; an invalid one also costs ``invalid_cost``.
+
+The expert's choice depends only on the state words (closed, empty, holding the key),
+which a few-million-parameter model can learn to read in a short warm-up; the colours
+are what differs between tasks. Splits divide the colour *sets*: a fixed quarter of them
+is ``test``, the rest ``train``, so a held-out task never shows a set of boxes seen in
+training. Each observation holds the whole state, so the default rollout (each turn
+prompted with the latest observation alone) plays the game fully.
+
+Both envs give noisy demonstrations (``demo_mistakes``): the expert, except that with
+that probability at each step it takes one of the other two actions. A short supervised
+warm-up on them gives a policy that knows the actions but succeeds well below the
+ceiling, the starting point of the learning tests (tests/test_learning.py).
 """
 
 from __future__ import annotations
@@ -28,83 +40,76 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from itertools import combinations
+from itertools import combinations, permutations
 from typing import Any, ClassVar
 
 from hp_agent.envs.base import SingleStepTaskEnv, TextEnv, find_task
 from hp_agent.verifiers import Verdict
 
 SPLITS = ("train", "test")
-LABELS = "123456789"
-USE_KEY = "use key"
-# Fraction of the label sets held out as the test split.
+COLOURS = ("red", "blue", "yellow", "black", "pink", "gray", "orange", "green")
+OPEN, NEXT, USE_KEY = "open", "next", "use key"
+ACTIONS = (OPEN, NEXT, USE_KEY)
+# Fraction of the colour sets held out as the test split.
 TEST_FRACTION = 0.25
 
 
-@dataclass(frozen=True)
-class BoxTask:
-    """One task: box labels in listing order, the box holding the key, and the first
-    observation (``question``) the single-step env shows."""
-
-    id: str
-    boxes: tuple[str, ...]
-    key: str
-    task_type: str
-    difficulty: str
-    question: str
-
-
-def _hint_question(boxes: tuple[str, ...], key: str) -> str:
-    # The key's box comes last, a fixed number of tokens before the reply starts: a
-    # small model learns to copy from a fixed offset far faster than to search the text.
-    return f"Closed boxes: {' '.join(boxes)}. The key is in box {key}."
-
-
 @cache
-def _label_sets(split: str, num_boxes: int, seed: int) -> tuple[tuple[str, ...], ...]:
-    """The label sets of ``split``: a seeded shuffle of all sets, the first quarter for
-    test, the rest for train (so the splits never share a set of boxes)."""
+def colour_sets(split: str, num_boxes: int, seed: int = 0) -> tuple[tuple[str, ...], ...]:
+    """The colour sets of ``split``: a seeded shuffle of all ``num_boxes``-sets of
+    :data:`COLOURS`, the first quarter ``test``, the rest ``train`` (disjoint splits)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
-    if not 2 <= num_boxes <= len(LABELS) - 1:
-        raise ValueError(f"num_boxes must lie in [2, {len(LABELS) - 1}], got {num_boxes}")
-    sets = list(combinations(LABELS, num_boxes))
+    if not 2 <= num_boxes < len(COLOURS):
+        raise ValueError(f"num_boxes must lie in [2, {len(COLOURS) - 1}], got {num_boxes}")
+    sets = list(combinations(COLOURS, num_boxes))
     random.Random(seed).shuffle(sets)
     held_out = max(1, round(len(sets) * TEST_FRACTION))
-    chosen = sets[:held_out] if split == "test" else sets[held_out:]
-    return tuple(sorted(chosen))
+    return tuple(sets[:held_out] if split == "test" else sets[held_out:])
 
 
-def box_tasks(split: str, num_boxes: int, seed: int = 0) -> list[BoxTask]:
-    """Every (label set of ``split``, key box) pair, in a fixed order."""
-    return [
-        BoxTask(f"{''.join(boxes)}-{key}", boxes, key, f"{num_boxes} boxes", "easy", _hint_question(boxes, key))
-        for boxes in _label_sets(split, num_boxes, seed)
-        for key in boxes
-    ]
+def box_rows(split: str, num_boxes: int, seed: int = 0) -> list[tuple[str, ...]]:
+    """Every ordering of every colour set of ``split``: the rows of boxes its tasks use."""
+    return [row for colours in colour_sets(split, num_boxes, seed) for row in permutations(colours)]
 
 
-def parse_action(text: str) -> tuple[str, str] | None:
-    """``"open 5"`` -> ("open", "5"); ``"use key"`` -> ("use", "key"); else None.
+def parse_action(text: str) -> str | None:
+    """The action ``text`` names (one of :data:`ACTIONS`), or None.
 
-    Exact up to surrounding whitespace and case: a format the policy must learn, and a
-    reply with anything else in it is invalid rather than guessed at.
+    Exact up to case and whitespace: the format is part of what the policy must learn,
+    and a reply with anything else in it is invalid rather than guessed at.
     """
-    words = text.strip().lower().split()
-    if " ".join(words) == USE_KEY:
-        return "use", "key"
-    if len(words) == 2 and words[0] == "open":
-        return "open", words[1]
-    return None
+    words = " ".join(text.strip().lower().split())
+    return words if words in ACTIONS else None
 
 
-def random_action(rng: random.Random) -> str:
-    """A demonstration's mistake: ``use key`` or ``open`` a random digit, all ten alike
-    (valid by chance at best: the digit may name no closed box, or the key is not held)."""
-    return rng.choice([USE_KEY] + [f"open {label}" for label in LABELS])
+def state_text(colour: str, position: int, num_boxes: int, is_open: bool, has_key: bool) -> str:
+    """The state as the agent sees it, e.g. ``"The red box (1 of 3) is closed."``."""
+    text = f"The {colour} box ({position + 1} of {num_boxes}) is {'empty' if is_open else 'closed'}."
+    return f"{text} You hold the key." if has_key else text
 
 
-def _check_common(split: str, invalid_cost: float, demo_mistakes: float, demo_episodes: int) -> None:
+def allowed_actions(position: int, num_boxes: int, is_open: bool, has_key: bool) -> list[str]:
+    """The valid actions of a state: open a closed box, walk on from any box but the
+    last, use the key once held."""
+    valid = [] if is_open else [OPEN]
+    valid += [NEXT] if position < num_boxes - 1 else []
+    return valid + ([USE_KEY] if has_key else [])
+
+
+def expert_action(is_open: bool, has_key: bool) -> str:
+    """The best action of a state: use the key once held, open a closed box, else walk on."""
+    return USE_KEY if has_key else (NEXT if is_open else OPEN)
+
+
+def demo_action(rng: random.Random, best: str, mistakes: float) -> str:
+    """``best``, or with probability ``mistakes`` one of the two other actions."""
+    if rng.random() < mistakes:
+        return rng.choice([action for action in ACTIONS if action != best])
+    return best
+
+
+def _check_options(split: str, invalid_cost: float, demo_mistakes: float, demo_episodes: int) -> None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if invalid_cost < 0:
@@ -115,86 +120,98 @@ def _check_common(split: str, invalid_cost: float, demo_mistakes: float, demo_ep
         raise ValueError(f"demo_episodes must be >= 1, got {demo_episodes}")
 
 
-class KeysEnv(TextEnv):
-    """Multi-turn key finding (see the module docstring).
+@dataclass(frozen=True)
+class KeysTask:
+    """A row of boxes (colours in order) and the index of the one holding the key."""
 
-    split:         "train" or "test" (held-out label sets).
-    num_boxes:     boxes per task (2-8); an episode has ``num_boxes + 1`` turns.
+    id: str
+    boxes: tuple[str, ...]
+    key: int
+    task_type: str
+
+
+class KeysEnv(TextEnv):
+    """Multi-turn key finding (see the module docstring). Task ids: colours, then the
+    key's box, e.g. ``"red-blue-pink:1"`` (key in the blue box).
+
+    split:         "train" or "test" (held-out colour sets).
+    num_boxes:     boxes per task (2-7); an episode has ``2 * num_boxes`` turns.
     invalid_cost:  cost of an invalid action (shaping ``-invalid_cost``, in the step reward).
-    demo_mistakes: probability that the demonstrating expert acts at random at a step.
+    demo_mistakes: probability that the demonstrating expert takes another action at a step.
     demo_episodes: demonstration episodes per task.
-    seed:          seed of the split (which label sets are held out).
+    demo_seed:     seed of the demonstrations' mistakes.
+    seed:          seed of the split (which colour sets are held out).
     """
 
-    system_prompt: ClassVar[str | None] = "Find the key: open N, then use key."
+    system_prompt: ClassVar[str | None] = "Find the key and use it. Actions: open, next, use key."
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
-    # The verb is the action's markup; the box label is its content.
-    answer_format: ClassVar[str | None] = r"^\s*(open|use)\b"
+    # Actions are bare words: no markup to tell apart from content.
+    answer_format: ClassVar[str | None] = None
 
     def __init__(self, split: str = "train", num_boxes: int = 3, invalid_cost: float = 0.1,
-                 demo_mistakes: float = 0.0, demo_episodes: int = 1, seed: int = 0):
+                 demo_mistakes: float = 0.0, demo_episodes: int = 1, demo_seed: int = 0, seed: int = 0):
         super().__init__(max_observation_chars=512, max_action_chars=4096)
-        _check_common(split, invalid_cost, demo_mistakes, demo_episodes)
-        self.split, self.num_boxes, self.seed = split, num_boxes, seed
+        _check_options(split, invalid_cost, demo_mistakes, demo_episodes)
+        self.split, self.num_boxes, self.seed, self.demo_seed = split, num_boxes, seed, demo_seed
         self.invalid_cost, self.demo_mistakes, self.demo_episodes = float(invalid_cost), demo_mistakes, demo_episodes
-        self.max_turns = num_boxes + 1  # the worst case: open every box, then use the key
-        self._tasks = {task.id: task for task in box_tasks(split, num_boxes, seed)}
-        self._task: BoxTask | None = None
+        self.max_turns = 2 * num_boxes  # the worst case: open and walk on at every box, use the key at the last
+        tasks = [KeysTask(f"{'-'.join(row)}:{key}", row, key, f"{num_boxes} boxes")
+                 for row in box_rows(split, num_boxes, seed) for key in range(num_boxes)]
+        self._tasks = {task.id: task for task in tasks}
+        self._task: KeysTask | None = None
         self._done = True
 
     def task_ids(self) -> list[str]:
         return list(self._tasks)
 
-    # --- state and text -------------------------------------------------------------
-
-    def _state_text(self) -> str:
-        closed = " ".join(self.closed) or "none"
-        return f"Closed boxes: {closed}. " + ("You hold the key." if self.has_key else "No key yet.")
-
-    def admissible_actions(self) -> list[str]:
-        """The valid actions of the current state."""
-        return [USE_KEY] if self.has_key else [f"open {box}" for box in self.closed]
+    def _state(self) -> str:
+        assert self._task is not None
+        return state_text(self._task.boxes[self.position], self.position, self.num_boxes,
+                          self.position in self.opened, self.has_key)
 
     def _info(self) -> dict[str, Any]:
         assert self._task is not None
         return {"task_id": self._task.id, "task_type": self._task.task_type, "admissible_actions": self.admissible_actions()}
 
+    def admissible_actions(self) -> list[str]:
+        """The valid actions of the current state."""
+        return allowed_actions(self.position, self.num_boxes, self.position in self.opened, self.has_key)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start a task: every box closed, no key."""
+        """Start a task at the first box, every box closed, no key."""
         super().reset(seed=seed)
         self._task = find_task(self._tasks, self.task_id_for_reset(seed, options), self)
-        self.closed, self.opened = list(self._task.boxes), []
-        self.has_key, self.turns, self.invalid_turns, self._done = False, 0, 0, False
-        return self._state_text(), self._info()
+        self.position, self.opened, self.has_key = 0, set(), False
+        self.turns, self.invalid_turns, self._done = 0, 0, False
+        return self._state(), self._info()
 
-    def _apply(self, parsed: tuple[str, str] | None) -> tuple[str, bool, bool]:
+    def _apply(self, action: str | None) -> tuple[str, bool, bool]:
         """Carry out one parsed action: (event text, valid, won)."""
         assert self._task is not None
-        if parsed is None:
+        if action is None:
             return "Unknown action.", False, False
-        verb, target = parsed
-        if verb == "use":
-            return ("You unlock the door with the key.", True, True) if self.has_key else ("You have no key.", False, False)
-        if target in self.opened:
-            return f"Box {target} is already open.", False, False
-        if target not in self.closed:
-            return f"There is no box {target}.", False, False
-        self.closed.remove(target)
-        self.opened.append(target)
-        if target == self._task.key:
+        if action not in self.admissible_actions():
+            return "You cannot do that.", False, False
+        if action == USE_KEY:
+            return "You unlock the door with the key.", True, True
+        if action == NEXT:
+            self.position += 1
+            return "You walk on.", True, False
+        self.opened.add(self.position)
+        if self.position == self._task.key:
             self.has_key = True
-            return f"Box {target} has the key!", True, False
-        return f"Box {target} is empty.", True, False
+            return "You found the key!", True, False
+        return "Nothing inside.", True, False
 
     def _feedback(self, won: bool) -> str:
-        # What the agent did, never where an unopened key was.
-        opened = " ".join(self.opened) or "none"
-        key = "found the key" if self.has_key else "did not find the key"
+        # What the agent did, never where a key it did not find was.
         outcome = "won: used the key" if won else "lost: out of turns"
-        return f"{outcome} after {self.turns} turns; opened boxes: {opened}; {key}; invalid actions: {self.invalid_turns}."
+        found = "found the key" if self.has_key else "did not find the key"
+        return (f"{outcome} after {self.turns} turns; opened {len(self.opened)} of {self.num_boxes} boxes; "
+                f"{found}; invalid actions: {self.invalid_turns}.")
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Play one action; the game ends on ``use key`` with the key, or after ``max_turns`` turns."""
+        """Play one action; the game ends on a win or after ``max_turns`` turns."""
         if self._task is None or self._done:
             raise RuntimeError(f"{type(self).__name__} episode is over or not started; call reset() first")
         parsed = parse_action(action)
@@ -204,88 +221,107 @@ class KeysEnv(TextEnv):
         shaping = 0.0 if valid else -self.invalid_cost
         truncated = not won and self.turns >= self.max_turns
         self._done = won or truncated
-        observation = event if won else f"{event} {self._state_text()}"
-        info = self._info()
-        info.update(action=" ".join(parsed) if parsed and parsed[0] == "open" else (USE_KEY if parsed else ""),
-                    invalid_action=not valid, shaping=shaping)
+        observation = event if won else f"{event} {self._state()}"
+        info = {**self._info(), "action": parsed or "", "invalid_action": not valid, "shaping": shaping}
         if self._done:
             info["verdict"] = Verdict(float(won), self._feedback(won), won)
         return observation, float(won) + shaping, won, truncated, info
 
-    # --- demonstrations -------------------------------------------------------------
-
-    def _demo_action(self, rng: random.Random) -> str:
-        """The expert's action: use the key once held, else open the last closed box
-        listed (always the same choice, so a demonstration is a clean signal to imitate).
-        With probability ``demo_mistakes`` it acts at random instead (:func:`random_action`)."""
-        if rng.random() < self.demo_mistakes:
-            return random_action(rng)
-        return USE_KEY if self.has_key else f"open {self.closed[-1]}"
-
     def demonstrations(self) -> Iterator[tuple[str, str]]:
-        """(observation, action) for every turn of ``demo_episodes`` expert episodes per
-        task of this split (each observation is the whole prompt, so any turn is a
-        demonstration). Plays on this env: it ends any episode in progress."""
-        rng = random.Random(self.seed)
+        """(observation, action) for every turn of ``demo_episodes`` episodes per task of
+        this split, played by the expert with ``demo_mistakes`` (each observation is the
+        whole prompt, so every turn is a demonstration). Plays on this env: it ends any
+        episode in progress."""
+        rng = random.Random(self.demo_seed)
         for _ in range(self.demo_episodes):
             for task_id in self._tasks:
                 observation, _ = self.reset(options={"task_id": task_id})
                 done = False
                 while not done:
-                    action = self._demo_action(rng)
+                    best = expert_action(self.position in self.opened, self.has_key)
+                    action = demo_action(rng, best, self.demo_mistakes)
                     yield observation, action
                     observation, _, terminated, truncated, _ = self.step(action)
                     done = terminated or truncated
 
     @classmethod
     def corpus_texts(cls) -> Iterator[str]:
-        """Sample observations and actions (for a tokenizer that should know this env)."""
-        env = cls(demo_mistakes=0.3)
-        for observation, action in env.demonstrations():
+        """Observations and actions of demonstrations with mistakes (for a tokenizer)."""
+        for observation, action in cls(demo_mistakes=0.3).demonstrations():
             yield observation
             yield action
 
 
-class KeyHintEnv(SingleStepTaskEnv):
-    """Single-step: open the box the note names (see the module docstring).
+@dataclass(frozen=True)
+class StepTask:
+    """One state of the game (the question), its valid actions and the expert's one."""
 
-    split:         "train" or "test" (held-out label sets).
-    num_boxes:     boxes per task (2-8).
+    id: str
+    question: str
+    answer: str
+    valid: tuple[str, ...]
+    task_type: str
+    difficulty: str = "easy"
+
+
+def step_tasks(split: str, num_boxes: int, seed: int = 0) -> list[StepTask]:
+    """Every state the expert can meet, for every row of boxes of ``split``: at each box,
+    closed; opened and empty (but at the last box, where the expert never stands without
+    the key); holding the key. Task type: the expert's action."""
+    tasks = []
+    for row in box_rows(split, num_boxes, seed):
+        for position, colour in enumerate(row):
+            states = [(False, False), (True, True)] + ([(True, False)] if position < num_boxes - 1 else [])
+            for is_open, has_key in states:
+                answer = expert_action(is_open, has_key)
+                status = "key" if has_key else ("empty" if is_open else "closed")
+                question = state_text(colour, position, num_boxes, is_open, has_key)
+                valid = tuple(allowed_actions(position, num_boxes, is_open, has_key))
+                tasks.append(StepTask(f"{'-'.join(row)}@{position}:{status}", question, answer, valid, answer))
+    return tasks
+
+
+class KeyStepEnv(SingleStepTaskEnv):
+    """Single-step: the best action in one state of the game (see the module docstring).
+
+    split:         "train" or "test" (held-out colour sets).
+    num_boxes:     boxes per row (2-7).
     invalid_cost:  cost of an invalid answer (shaping ``-invalid_cost``, in the step reward).
-    demo_mistakes: probability that a demonstration is a random action instead.
+    demo_mistakes: probability that a demonstration gives one of the other two actions.
     demo_episodes: demonstrations per task.
-    seed:          seed of the split (which label sets are held out).
+    demo_seed:     seed of the demonstrations' mistakes.
+    seed:          seed of the split (which colour sets are held out).
     """
 
-    system_prompt: ClassVar[str | None] = "Open the box with the key: open N."
+    system_prompt: ClassVar[str | None] = "Choose the best action: open, next or use key."
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
-    answer_format: ClassVar[str | None] = r"^\s*open\b"
-    _tasks: dict[str, BoxTask]
+    answer_format: ClassVar[str | None] = None
+    _tasks: dict[str, StepTask]
 
-    def __init__(self, split: str = "train", num_boxes: int = 4, invalid_cost: float = 0.1,
-                 demo_mistakes: float = 0.0, demo_episodes: int = 1, seed: int = 0):
+    def __init__(self, split: str = "train", num_boxes: int = 3, invalid_cost: float = 0.1,
+                 demo_mistakes: float = 0.0, demo_episodes: int = 1, demo_seed: int = 0, seed: int = 0):
         super().__init__(max_observation_chars=512, max_action_chars=4096)
-        _check_common(split, invalid_cost, demo_mistakes, demo_episodes)
-        self.num_boxes, self.seed = num_boxes, seed
+        _check_options(split, invalid_cost, demo_mistakes, demo_episodes)
+        self.num_boxes, self.seed, self.demo_seed = num_boxes, seed, demo_seed
         self.invalid_cost, self.demo_mistakes, self.demo_episodes = float(invalid_cost), demo_mistakes, demo_episodes
-        self._set_tasks(split, box_tasks(split, num_boxes, seed))
+        self._set_tasks(split, step_tasks(split, num_boxes, seed))
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Grade ``action``; always terminates. The observation after the end is ``""``."""
-        task: BoxTask = self._take_step()
+        task: StepTask = self._take_step()
         parsed = parse_action(action)
-        valid = parsed is not None and parsed[0] == "open" and parsed[1] in task.boxes
-        won = valid and parsed[1] == task.key
+        valid = parsed is not None and parsed in task.valid
+        won = valid and parsed == task.answer
         if won:
-            feedback = f"correct: opened box {parsed[1]}, which holds the key"
+            feedback = f"correct: {parsed} was the best action"
         elif valid:
-            feedback = f"wrong: opened box {parsed[1]}, which is empty"
+            feedback = f"wrong: {parsed} is allowed here but not the best action"
         else:
-            feedback = f"invalid answer {action.strip()[:40]!r}: reply open N with N a listed box"
+            feedback = f"invalid answer {action.strip()[:40]!r}: not an action allowed here"
         shaping = 0.0 if valid else -self.invalid_cost
         info = {
             "verdict": Verdict(float(won), feedback, won),
-            "action": f"open {parsed[1]}" if valid else "",
+            "action": parsed or "",
             "invalid_action": not valid,
             "shaping": shaping,
             "task_id": task.id,
@@ -294,18 +330,16 @@ class KeyHintEnv(SingleStepTaskEnv):
         return "", float(won) + shaping, True, False, info
 
     def demonstrations(self) -> Iterator[tuple[str, str]]:
-        """(question, answer) ``demo_episodes`` times per task of this split: ``open`` the
-        key's box or, with probability ``demo_mistakes``, a random action
-        (:func:`random_action`)."""
-        rng = random.Random(self.seed)
+        """(question, action) ``demo_episodes`` times per task of this split: the expert's
+        action, or with probability ``demo_mistakes`` one of the other two."""
+        rng = random.Random(self.demo_seed)
         for _ in range(self.demo_episodes):
             for task in self._tasks.values():
-                yield task.question, random_action(rng) if rng.random() < self.demo_mistakes else f"open {task.key}"
+                yield task.question, demo_action(rng, task.answer, self.demo_mistakes)
 
     @classmethod
     def corpus_texts(cls) -> Iterator[str]:
-        """Each train question and its answer (for a tokenizer that should know this env)."""
-        for task in box_tasks("train", 4):
+        """Each train question and its answer (for a tokenizer)."""
+        for task in step_tasks("train", 3):
             yield task.question
-            yield f"open {task.key}"
-
+            yield task.answer
