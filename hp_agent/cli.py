@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -139,6 +140,7 @@ def sft(
     lr: float = typer.Option(2e-3, help="Peak AdamW learning rate (linear decay to 0)."),
     seed: int = typer.Option(0, help="Seed for initialization order and batches."),
     data: Optional[Path] = typer.Option(None, help="Trajectory JSONL to learn from (e.g. `hp-agent data alfworld --demos`) instead of the env's built-in demonstrations."),
+    env_kwargs: str = typer.Option("{}", help="Env arguments as a YAML mapping, e.g. '{demo_mistakes: 0.5}' (keys, keystep)."),
 ) -> None:
     """Supervised warm-up on an env's demonstrations, so RL starts from a policy whose rewards vary."""
     import torch
@@ -148,8 +150,16 @@ def sft(
     _quiet_libraries()
     torch.set_num_threads(int(os.environ.get("HP_AGENT_TORCH_THREADS", "1")))
     try:
-        result = run_sft(out, env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, data=data, progress=True)
-    except (FileExistsError, FileNotFoundError, LookupError, NotImplementedError, ValueError) as error:
+        kwargs = yaml.safe_load(env_kwargs)
+    except yaml.YAMLError:
+        kwargs = None
+    if not isinstance(kwargs, dict):
+        _fail(f"--env-kwargs must be a YAML mapping such as '{{demo_mistakes: 0.5}}', got {env_kwargs!r}")
+        return
+    try:
+        result = run_sft(out, env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, data=data,
+                         progress=True, env_kwargs=kwargs)
+    except (FileExistsError, FileNotFoundError, LookupError, NotImplementedError, TypeError, ValueError) as error:
         _fail(str(error))
         return
     console.print(

@@ -105,9 +105,11 @@ def sft(
     seed: int = 0,
     data: str | Path | None = None,
     progress: bool = False,
+    env_kwargs: dict | None = None,
 ) -> SFTResult:
     """Warm up ``model`` on ``data`` (trajectory JSONL) or else on ``env``'s train
-    demonstrations, and save it as a Hugging Face folder."""
+    demonstrations (``env_kwargs`` for the env, e.g. the toy envs' ``demo_mistakes``),
+    and save it as a Hugging Face folder."""
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{str(out_dir)!r} exists and is not empty; choose another --out")
@@ -116,7 +118,7 @@ def sft(
     if data is not None:
         sequences = trajectory_sequences(data, policy.model.get_input_embeddings().num_embeddings)
     else:
-        sequences = demonstration_sequences(policy, env, {"split": "train"})
+        sequences = demonstration_sequences(policy, env, {"split": "train", **(env_kwargs or {})})
     losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress)
     tmp = out_dir.with_name(f".tmp-{out_dir.name}")
     policy.model.save_pretrained(tmp, safe_serialization=True)

@@ -116,3 +116,6 @@ def test_cli_errors_are_clear(tmp_path):
     assert out.returncode == 2 and "--model" in out.stdout
     out = run("envs")
     assert out.returncode == 0 and "math" in out.stdout.split()
+    out = run("sft", "--env", "keystep", "--out", str(tmp_path / "warm"), "--env-kwargs", "{bogus: 1}")
+    assert out.returncode == 2 and "unexpected keyword argument 'bogus'" in out.stdout
+    assert not (tmp_path / "warm").exists()
