@@ -268,7 +268,7 @@ def test_sync_after_a_learner_step(policy, prompts):
             for p, g in zip(prompts, before)
             if g.token_ids
         ]
-        records = learner.step(samples)
+        records = learner.step([[sample] for sample in samples])  # one turn per trajectory
         assert records and records[0].grad_norm > 0.0
         stale = policy.generate(prompts, sampling)
         assert max_logprob_error(policy, prompts, stale, sampling) > 10 * LOGPROB_ATOL
