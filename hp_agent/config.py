@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hp_agent.credit import CREDIT_RULES, CreditOptions, CreditRule, credit_rule
+from hp_agent.credit import CREDIT_RULES, CreditRule, credit_rule
 from hp_agent.runs import atomic_write_text
 
 

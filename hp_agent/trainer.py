@@ -104,11 +104,9 @@ def assign_credit(
     for traj in kept:
         baseline.update(traj.env, traj.task_type, traj.task_id, traj.reward)
     turns = [turn for traj in kept for turn in traj.turns]
-    format_mask = torch.tensor(
-        [bit for k in usable for t, turn in enumerate(trajectories[k].turns)
-         for bit in (format_masks[k][t] if format_masks is not None else [False] * len(turn.action_ids))],
-        dtype=torch.bool,
-    )
+    if format_masks is None:
+        format_masks = [[[False] * len(turn.action_ids) for turn in t.turns] for t in trajectories]
+    format_mask = torch.tensor([bit for k in usable for turn_mask in format_masks[k] for bit in turn_mask], dtype=torch.bool)
     invalid = torch.tensor([turn.invalid for turn in turns], dtype=torch.bool)
     metrics.update(credit_breakdown(credit, batch.token_turn, invalid, format_mask))
     metrics["credit/baseline_mean"] = float(batch.baselines.mean())
