@@ -101,8 +101,9 @@ def collect(
     ALFWorld's ``prompt_mode="chat"``).
 
     ``envs`` is an :class:`EnvPool` (envs stepped in worker processes) or a list of envs,
-    played in this process. Episode ``k`` of a wave plays on slot ``k`` with seed
-    ``seed + wave start + k``.
+    played in this process. Episode ``k`` of a wave plays with seed ``seed + wave start + k``
+    on slot ``pool.balanced_slots(len(wave))[k]``: adjacent episodes (a prompt's copies)
+    on one worker, each worker as busy as the others.
     """
     pool = envs if isinstance(envs, EnvPool) else EnvPool(envs) if envs else None
     if pool is None:
@@ -128,25 +129,26 @@ def _play_wave(
 ) -> list[Trajectory]:
     multi_turn = pool.max_turns > 1
     trajectories = [Trajectory(env=env_name, task_id=e.task_id, task_type="", group=e.group, multi_turn=multi_turn) for e in wave]
+    slot_of = pool.balanced_slots(len(wave))  # episode k plays on slot slot_of[k]
     started = time.perf_counter()
-    resets = pool.reset_many([(slot, seed + slot, {"task_id": e.task_id}) for slot, e in enumerate(wave)])
+    resets = pool.reset_many([(slot_of[k], seed + k, {"task_id": e.task_id}) for k, e in enumerate(wave)])
     times.add("time/env_step", time.perf_counter() - started)
-    observations: dict[int, str] = {}  # slot -> observation, for live episodes
-    for slot, (trajectory, result) in enumerate(zip(trajectories, resets)):
+    observations: dict[int, str] = {}  # episode index -> observation, for live episodes
+    for k, (trajectory, result) in enumerate(zip(trajectories, resets)):
         if isinstance(result, EnvError):  # one broken episode must not stop the batch
             _mark_errored(trajectory, result)
             continue
-        observations[slot], info = result
+        observations[k], info = result
         trajectory.task_id = info.get("task_id", trajectory.task_id)
         trajectory.task_type = info.get("task_type", "")
     turn_limit = max_turns or pool.max_turns
     for _ in range(turn_limit):
         if not observations:
             break
-        slots = list(observations)
+        live = list(observations)
         messages = [
-            _next_messages(pool, trajectories[slot].turns[-1] if trajectories[slot].turns else None, observations[slot], chat_history)
-            for slot in slots
+            _next_messages(pool, trajectories[k].turns[-1] if trajectories[k].turns else None, observations[k], chat_history)
+            for k in live
         ]
         started = time.perf_counter()
         prompts = [policy.render(m) for m in messages]
@@ -157,20 +159,20 @@ def _play_wave(
             for m, prompt_ids, g in zip(messages, prompts, generations)
         ]
         started = time.perf_counter()
-        steps = pool.step_many([(slot, turn.action_text) for slot, turn in zip(slots, turns)])
+        steps = pool.step_many([(slot_of[k], turn.action_text) for k, turn in zip(live, turns)])
         times.add("time/env_step", time.perf_counter() - started)
-        for slot, turn, result in zip(slots, turns, steps):
-            trajectory = trajectories[slot]
+        for k, turn, result in zip(live, turns, steps):
+            trajectory = trajectories[k]
             if isinstance(result, EnvError):
                 trajectory.turns.append(turn)
                 _mark_errored(trajectory, result)
-                del observations[slot]
+                del observations[k]
             elif _finish_turn(trajectory, turn, result, pool.reward_bounds[0]):
-                del observations[slot]
+                del observations[k]
             else:
-                observations[slot] = result[0]
-    for slot in observations:  # cut off by rollout.max_turns before the env ended it
-        _cut_off(trajectories[slot], turn_limit, pool.reward_bounds[0])
+                observations[k] = result[0]
+    for k in observations:  # cut off by rollout.max_turns before the env ended it
+        _cut_off(trajectories[k], turn_limit, pool.reward_bounds[0])
     return trajectories
 
 

@@ -76,10 +76,10 @@ def test_an_env_that_raises_errors_only_its_episode(tiny_policy):
 def test_a_crashed_worker_is_restarted_and_the_next_wave_works(tiny_policy):
     with EnvPool(SCRIPTED, 4, num_workers=2) as pool:
         before = pool.worker_pids()
-        trajectories = _play(tiny_policy, pool, ["ok-0", "exit", "ok-1", "ok-2"])
-        # slots 1 and 3 live on worker 1: the crash fails both requests it held
-        assert [t.errored for t in trajectories] == [False, True, False, True]
-        assert trajectories[1].info["error"].startswith("WorkerDied: env worker 1") and "exited with code 1" in trajectories[1].info["error"]
+        trajectories = _play(tiny_policy, pool, ["ok-0", "ok-1", "exit", "ok-2"])
+        # slots 2 and 3 live on worker 1: the crash fails both requests it held
+        assert [t.errored for t in trajectories] == [False, False, True, True]
+        assert trajectories[2].info["error"].startswith("WorkerDied: env worker 1") and "exited with code 1" in trajectories[2].info["error"]
         assert "not run" in trajectories[3].info["error"]
         assert pool.restarts == 1 and pool.worker_pids()[0] == before[0] and pool.worker_pids()[1] != before[1]
         assert not _alive(before[1])
@@ -102,18 +102,33 @@ def test_restarted_slots_refuse_steps_until_reset_and_no_process_is_left():
     seen = set()
     with EnvPool(SCRIPTED, 4, num_workers=2) as pool:
         seen.update(pool.worker_pids())
-        pool.reset_many([(1, 0, {"task_id": "two-steps"}), (3, 0, {"task_id": "exit"})])
-        first, crashed = pool.step_many([(1, "a"), (3, "b")])
+        pool.reset_many([(2, 0, {"task_id": "two-steps"}), (3, 0, {"task_id": "exit"})])  # both on worker 1
+        first, crashed = pool.step_many([(2, "a"), (3, "b")])
         assert first[:4] == ("once more", 0.0, False, False)  # answered before the crash: kept
         assert isinstance(crashed, EnvError) and crashed.type == "WorkerDied"
-        (lost,) = pool.step_many([(1, "c")])  # the rebuilt env lost the episode in flight
+        (lost,) = pool.step_many([(2, "c")])  # the rebuilt env lost the episode in flight
         assert isinstance(lost, EnvError) and lost.type == "EnvStateLost"
-        pool.reset_many([(1, 0, {"task_id": "ok-3"})])
-        assert pool.step_many([(1, "d")])[0][1] == 1.0
+        pool.reset_many([(2, 0, {"task_id": "ok-3"})])
+        assert pool.step_many([(2, "d")])[0][1] == 1.0
         seen.update(pool.worker_pids())
         processes = [w.process for w in pool._workers]
     assert len(seen) == 3 and not any(_alive(pid) for pid in seen)
     assert not set(processes) & set(multiprocessing.active_children())
+
+
+def test_slots_come_in_blocks_and_batches_spread_evenly():
+    with EnvPool(SCRIPTED, 7, num_workers=2) as pool:
+        assert [pool.worker_slots(w) for w in (0, 1)] == [range(0, 4), range(4, 7)]
+        assert pool.balanced_slots(7) == list(range(7))
+        assert pool.balanced_slots(5) == [0, 1, 2, 4, 5]  # 3 + 2, neighbours together
+        assert pool.balanced_slots(1) == [0]
+        with pytest.raises(ValueError, match="between 1 and num_envs=7"):
+            pool.balanced_slots(8)
+        # Each slot answers from its own env, wherever it lives.
+        results = pool.reset_many([(slot, 0, {"task_id": pool_envs.TASKS[slot]}) for slot in range(7)])
+        assert [r[0] for r in results] == [f"task {task}" for task in pool_envs.TASKS[:7]]
+    with EnvPool(SCRIPTED, 3) as local:
+        assert local.balanced_slots(2) == [0, 1] and local.worker_slots(0) == range(3)
 
 
 def test_a_call_interrupted_by_ctrl_c_leaves_a_usable_pool():

@@ -2,8 +2,11 @@
 
 ``EnvPool(env, num_envs, num_workers)`` holds ``num_envs`` env slots. With
 ``num_workers=0`` the envs live in this process and are called one after another; else
-slot ``s`` lives in worker ``s % num_workers``, workers run concurrently, and the slots
-of one worker run one after another in it, in request order.
+each worker holds a contiguous block of slots (worker 0 the first ``num_envs /
+num_workers``, and so on), workers run concurrently, and the slots of one worker run one
+after another in it, in request order. :meth:`EnvPool.balanced_slots` picks slots for a
+batch of episodes: as many on each worker, adjacent episodes on the same worker, so the
+copies of one prompt share a worker's caches (an ALFWorld game is translated once).
 
 * ``env`` is a registered env name (built with ``hp_agent.envs.make(env, **env_kwargs)``)
   or an importable ``"module:factory"``. Workers are fresh processes (``forkserver``,
@@ -261,6 +264,7 @@ class EnvPool:
                                 "reward_bounds": tuple(self._envs[0].reward_bounds),
                                 "max_turns": max(int(e.max_turns) for e in self._envs)}
             return
+        self._slot_worker = [index for index in range(self.num_workers) for _ in self.worker_slots(index)]
         method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
         self._context = mp.get_context(method)
         if method == "forkserver":
@@ -302,6 +306,25 @@ class EnvPool:
     def worker_pids(self) -> list[int]:
         return [worker.process.pid for worker in self._workers]
 
+    def worker_slots(self, index: int) -> range:
+        """The slots worker ``index`` holds: a contiguous block, sizes differing by at most one."""
+        if not self.num_workers:  # in-process: one "worker", this process
+            return range(self.num_envs)
+        size, extra = divmod(self.num_envs, self.num_workers)
+        start = index * size + min(index, extra)
+        return range(start, start + size + (index < extra))
+
+    def balanced_slots(self, count: int) -> list[int]:
+        """Slots for ``count`` adjacent episodes: the same number (within one) on each worker,
+        in order, so neighbours (a prompt's copies) play on one worker."""
+        if not 1 <= count <= self.num_envs:
+            raise ValueError(f"count must be between 1 and num_envs={self.num_envs}, got {count}")
+        if not self._workers:
+            return list(range(count))
+        size, extra = divmod(count, self.num_workers)
+        return [slot for index in range(self.num_workers)
+                for slot in self.worker_slots(index)[: size + (index < extra)]]
+
     # --- calls -------------------------------------------------------------------------
 
     def reset_many(self, requests: Sequence[tuple[int, int | None, dict | None]]) -> list[Result]:
@@ -336,12 +359,13 @@ class EnvPool:
                 results[position] = EnvError(
                     "EnvStateLost", f"slot {slot}'s env was rebuilt when its worker restarted; reset the slot first")
                 continue
-            worker = self._workers[slot % self.num_workers]
+            worker = self._workers[self._slot_worker[slot]]
             if not worker.pending:
                 worker.deadline = now + timeout + (0.0 if worker.ready else self.start_timeout)
             self._next_id += 1
             worker.pending.append((self._next_id, position, slot, kind))
-            batches.setdefault(worker.index, []).append((self._next_id, slot // self.num_workers, kind, args))
+            local_slot = slot - self.worker_slots(worker.index).start
+            batches.setdefault(worker.index, []).append((self._next_id, local_slot, kind, args))
         for index, batch in batches.items():  # one message per worker and call
             self._workers[index].outbox.put(batch)
         while busy := [worker for worker in self._workers if worker.pending]:
@@ -398,14 +422,14 @@ class EnvPool:
     def _replace(self, worker: _Worker) -> None:
         if worker.process.is_alive() or not worker.conn.closed:
             worker.kill()
-        self._lost.update(range(worker.index, self.num_envs, self.num_workers))
+        self._lost.update(self.worker_slots(worker.index))
         self._workers[worker.index] = self._start_worker(worker.index)
         self.restarts += 1
 
     # --- start and stop ------------------------------------------------------------------
 
     def _start_worker(self, index: int, with_attributes: bool = False) -> _Worker:
-        slots = len(range(index, self.num_envs, self.num_workers))
+        slots = len(self.worker_slots(index))
         return _Worker(self._context, index, self.env_spec, self.env_kwargs, slots, with_attributes)
 
     def _await_ready(self) -> None:

@@ -1,11 +1,14 @@
 """One official ALFWorld game on the real engine, plus ALFWorld's handcoded expert, fixed.
 
 The engine is set up as ``alfworld.agents.environment.alfred_tw_env.AlfredTWEnv`` does
-it: TextWorld's PDDL environment (Fast Downward translates the game's PDDL problem on
-every reset, about 0.6 s), wrapped by ``AlfredDemangler`` (raw PDDL ids such as
+it: TextWorld's PDDL environment, wrapped by ``AlfredDemangler`` (raw PDDL ids such as
 ``apple_bar__minus_00_dot_43_bar_...`` become the names players see, ``apple 1``) and
 ``AlfredInfos``, with ``won``, ``admissible_commands`` and, for the expert, ``facts``
 requested. Domain randomization (shuffled names) is off, as in ALFWorld's evaluation.
+One engine plays game after game (:meth:`AlfworldGame.load`), and its calls run under
+:func:`~hp_agent.envs.alfworld.speedups.engine_speedups`: a game is translated once per
+machine, its grammar parsed once per process, and steps skip needless deep copies
+(``speedups=False`` runs the engine as shipped; episodes are the same).
 
 The expert fix. alfworld 0.4.2 renamed the placement command from ``put X in/on Y``
 to ``move X to Y`` in its grammar and in the expert's *output*, but the expert's state
@@ -19,7 +22,6 @@ the old form it was written for; everything else is ALFWorld's code, unchanged.
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import textworld
+from textworld.envs.pddl.pddl import PddlEnv
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 from alfworld.agents.expert import HandCodedAgentFailed, HandCodedAgentTimeout, HandCodedTWAgent
 from alfworld.agents.expert import handcoded_expert_tw as tw_policies
 
 from hp_agent.envs.alfworld.data import stored_walkthrough
+from hp_agent.envs.alfworld.speedups import argv_kept, engine_speedups
 
 HELP_COMMAND = "help"
 # The expert's first action, as AlfredExpert gives it: the expert only acts after it has
@@ -174,42 +178,47 @@ class GameStep:
     accepted: bool = True
 
 
-@contextmanager
-def _argv_kept() -> Iterator[None]:
-    """Undo fast_downward's ``sys.argv = ["translate.py", "domain", "task"]`` hack
-    (it runs on every PDDL translation), so callers' command lines survive a reset."""
-    saved = sys.argv
-    try:
-        yield
-    finally:
-        sys.argv = saved
-
-
 class AlfworldGame:
-    """One official game, loaded once and reset for each episode.
+    """One engine that plays official games: load a game, then reset it for each episode.
 
-    game_file:    path of a ``game.tw-pddl`` (``traj_data.json`` must sit beside it for the expert).
+    game_file:    path of a ``game.tw-pddl`` to load (``traj_data.json`` must sit beside
+                  it for the expert); None: call :meth:`load` before :meth:`reset`.
     expert:       drive the handcoded expert beside the game (requests the engine's facts).
     expert_class: the expert agent; ALFWorld's own ``HandCodedTWAgent`` shows the 0.4.2 bug.
+    speedups:     run the engine under :func:`~hp_agent.envs.alfworld.speedups.engine_speedups`
+                  (translations and parses from caches); the game plays the same either way.
     """
 
-    def __init__(self, game_file: str | Path, expert: bool = True,
-                 expert_class: type[HandCodedTWAgent] = FixedHandCodedTWAgent):
-        self.game_file = Path(game_file)
-        if not self.game_file.is_file():
-            raise FileNotFoundError(f"ALFWorld game file {self.game_file} does not exist")
+    def __init__(self, game_file: str | Path | None = None, expert: bool = True,
+                 expert_class: type[HandCodedTWAgent] = FixedHandCodedTWAgent, speedups: bool = True):
         request = textworld.EnvInfos(won=True, admissible_commands=True, facts=expert, extras=["gamefile"])
-        with _argv_kept():
-            self._env = textworld.start(str(self.game_file), request_infos=request,
-                                        wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+        # What textworld.start() builds for a .tw-pddl file, kept across games: each
+        # PddlEnv loads its own copy of Fast Downward's library (33 MB), never unloaded.
+        self._env = AlfredInfos(AlfredDemangler(PddlEnv(request), shuffle=False))
+        self._engine_calls = engine_speedups if speedups else argv_kept
         self._expert = HandcodedExpert(expert_class) if expert else None
         self._state: Any = None
         self._expert_action: str | None = None
+        self.game_file: Path | None = None
         self.names: dict[str, str] = {}
+        if game_file is not None:
+            self.load(game_file)
+
+    def load(self, game_file: str | Path) -> None:
+        """Play ``game_file`` from the next :meth:`reset` on."""
+        game_file = Path(game_file)
+        if not game_file.is_file():
+            raise FileNotFoundError(f"ALFWorld game file {game_file} does not exist")
+        self.game_file, self._state, self.names = None, None, {}
+        with self._engine_calls():
+            self._env.load(str(game_file))
+        self.game_file = game_file
 
     def reset(self, seed: int = 0) -> GameStep:
         """A new episode; ``seed`` drives the expert's tie-breaking (the game itself is fixed)."""
-        with _argv_kept():
+        if self.game_file is None:
+            raise RuntimeError("AlfworldGame.reset() called before load()")
+        with self._engine_calls():
             self._state = self._env.reset()
         # The demangler renamed every entity; keep raw id -> shown name for walkthroughs.
         self.names = {raw_id: info.name.strip() for raw_id, info in self._state["_entity_infos"].items()}
@@ -223,7 +232,8 @@ class AlfworldGame:
             raise RuntimeError("AlfworldGame.step() called before reset()")
         command = command.strip()  # the engine strips too; the expert must see the same text
         accepted = command in self._state["admissible_commands"]
-        self._state, _, _ = self._env.step(command)
+        with self._engine_calls():
+            self._state, _, _ = self._env.step(command)
         if self._expert is not None and accepted and not self._state["won"]:
             self._expert_action = self._expert.advise(self._state, command)
         elif self._state["won"]:

@@ -157,6 +157,11 @@ class AlfworldEnv(TextEnv):
     require_think:  also count a response without ``<think>...</think>`` as invalid (verl-agent does).
     expert:         run ALFWorld's handcoded expert (fixed) beside the game for
                     ``info["expert_action"]``; off saves its bookkeeping.
+    speedups:       serve Fast Downward translations (also kept on disk, under
+                    ``<cache>/alfworld_translations``) and grammar parses from caches and
+                    skip needless deep copies (:mod:`hp_agent.envs.alfworld.speedups`), so a
+                    game is translated once and a replay resets in tens of milliseconds;
+                    off runs TextWorld's engine as shipped. Episodes are the same either way.
     """
 
     system_prompt: ClassVar[str | None] = None
@@ -168,7 +173,7 @@ class AlfworldEnv(TextEnv):
                  task_types: list[str] | tuple[str, ...] | None = None, max_steps: int = 50,
                  num_games: int | None = None, history_length: int = 2, prompt_mode: str = "verl-agent",
                  invalid_penalty: float = 0.1, win_reward: float = 10.0, require_think: bool = False,
-                 expert: bool = True):
+                 expert: bool = True, speedups: bool = True):
         super().__init__()
         if prompt_mode not in PROMPT_MODES:
             raise ValueError(f"unknown prompt_mode {prompt_mode!r}; valid: {', '.join(PROMPT_MODES)}")
@@ -189,10 +194,11 @@ class AlfworldEnv(TextEnv):
         self.reward_bounds = (0.0, self.win_reward)  # the credit bound follows the knob
         self.require_think = require_think
         self.expert = expert
+        self.speedups = speedups
         self.data_root = resolve_data_root(split, source, data_root, num_games)
         games = interleave_by_type(list_games(self.data_root, split), short_task_types(task_types))
         self._games: dict[str, GameInfo] = {g.task_id: g for g in games[:num_games]}
-        self._engine: Any = None  # engine.AlfworldGame of the last game played, reused on replay
+        self._engine: Any = None  # engine.AlfworldGame, built on the first reset
         self._episode: _Episode | None = None
 
     # ---- tasks ---------------------------------------------------------------------------
@@ -205,17 +211,17 @@ class AlfworldEnv(TextEnv):
         return find_task(self._games, task_id, self, noun="games")
 
     def _load(self, game: GameInfo) -> Any:
-        # Loading parses the game's grammar and domain (~0.3 s); reuse it when the same
-        # game is played again (GRPO groups, repeated evaluation samples).
-        if self._engine is None or self._engine.game_file != game.game_file:
+        # One engine per env, loading game after game; a replay (GRPO groups, repeated
+        # evaluation samples) skips the load, and the speed-ups make loads and resets cheap.
+        if self._engine is None:
             try:
                 from hp_agent.envs.alfworld.engine import AlfworldGame
             except ModuleNotFoundError as error:
                 raise ImportError(f"the ALFWorld engine needs alfworld and textworld[pddl] ({error}); "
                                   "install them with `pip install -e '.[alfworld]'`") from error
-            if self._engine is not None:
-                self._engine.close()
-            self._engine = AlfworldGame(game.game_file, expert=self.expert)
+            self._engine = AlfworldGame(expert=self.expert, speedups=self.speedups)
+        if self._engine.game_file != game.game_file:
+            self._engine.load(game.game_file)
         return self._engine
 
     # ---- episode -------------------------------------------------------------------------
