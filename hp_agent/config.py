@@ -30,7 +30,7 @@ class EnvConfig(_Section):
         0, ge=0, description="Worker processes stepping envs in parallel (0: in the trainer's process). Multi-turn envs gain most."
     )
     step_timeout: float = Field(60.0, gt=0.0, description="Seconds one env step may take in a worker before it is restarted and the episode marked errored.")
-    reset_timeout: float = Field(120.0, gt=0.0, description="Seconds one env reset may take in a worker (ALFWorld loads a game in ~0.6 s).")
+    reset_timeout: float = Field(120.0, gt=0.0, description="Seconds one env reset may take in a worker (a new ALFWorld game takes 0.2-2 s to translate the first time).")
 
 
 class ModelConfig(_Section):

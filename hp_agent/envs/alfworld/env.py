@@ -327,7 +327,7 @@ class AlfworldEnv(TextEnv):
     # ---- texts ---------------------------------------------------------------------------
     def demonstrations(self) -> Iterator[tuple[str, str]]:
         """(prompt, ``<action>expert action</action>``) for every step of each game the fixed
-        expert wins within ``max_steps``; slow (about 2 s per game)."""
+        expert wins within ``max_steps`` (about 1 s per game not yet translated)."""
         for task_id in self.task_ids():
             pairs = list(_expert_pairs(self, task_id, self.max_steps))
             if self._episode is not None and self._episode.won:

@@ -158,7 +158,7 @@ def play_episodes(env: TextEnv, env_kwargs: dict[str, Any], policy_name: str, jo
     """Play ``jobs`` with scripted policy ``policy_name``, in order of ``jobs``.
 
     ``workers > 1`` plays in that many processes, each with its own
-    ``type(env)(**env_kwargs)`` (loading a game is CPU-bound, ~1.5 s). ``on_done`` is
+    ``type(env)(**env_kwargs)`` (a new game's translation is CPU-bound, 0.2-2 s). ``on_done`` is
     called with each finished trajectory (progress bars).
     """
     if workers < 1:
