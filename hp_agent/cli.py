@@ -1,4 +1,4 @@
-"""``hp-agent`` commands: train, eval, envs."""
+"""``hp-agent`` commands: train, eval, compare, sft, data, envs."""
 
 from __future__ import annotations
 
@@ -128,6 +128,36 @@ def eval_command(
     console.print(table)
     if output is not None:
         console.print(f"result written to {output}")
+
+
+@app.command()
+def compare(
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted train-config overrides for both methods, e.g. trainer.prompts_per_step=4"),
+    env: Optional[str] = typer.Option(None, help="Env name (default: alfworld)."),
+    steps: Optional[int] = typer.Option(None, help="Training steps of each method."),
+    out: Optional[Path] = typer.Option(None, help="Folder for runs, evaluations, summary.json, report.md and figures."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file with the comparison's settings (hp_agent.compare.CompareConfig)."),
+    eval_limit: Optional[int] = typer.Option(None, help="Only the first N tasks of each evaluation split."),
+    eval_samples: Optional[int] = typer.Option(None, help="Samples per task (default: alfworld 1, math 4, code 8)."),
+    eval_max_turns: Optional[int] = typer.Option(None, help="A model's most turns per evaluation episode."),
+) -> None:
+    """HP-RLVR (G=1) against GRPO (G=8) from the same model and seed, evaluated at 25/50/75/100% of the steps (resumable)."""
+    _quiet_libraries()
+    from hp_agent.compare import load_compare_config, run_compare
+    from hp_agent.config import ConfigError
+    from hp_agent.trainer import TrainingError
+
+    try:
+        settings = load_compare_config(config, env=env, steps=steps, out=out, eval_limit=eval_limit,
+                                       eval_samples=eval_samples, eval_max_turns=eval_max_turns, overrides=overrides)
+        summary = run_compare(settings)
+    except (ConfigError, FileExistsError, FileNotFoundError, ImportError, LookupError, TrainingError) as error:
+        _fail(str(error))
+        return
+    console.print((settings.out / "report.md").read_text())
+    console.print(f"summary, report and figures written to {settings.out}")
+    if summary.get("grpo_over_hp_rlvr"):
+        console.print(f"GRPO / HP-RLVR wall time: {summary['grpo_over_hp_rlvr']['wall']:.2f}x")
 
 
 @app.command()

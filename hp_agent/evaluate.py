@@ -73,6 +73,11 @@ class EvalResult:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> EvalResult:
+        """The result :meth:`to_json` wrote."""
+        return cls(**{**data, "success_ci95": tuple(data["success_ci95"])})
+
 
 def _type_order(task_type: str) -> tuple[int, str]:
     # ALFWorld's task types in their usual table order, anything else alphabetically after.

@@ -9,6 +9,7 @@ from its last complete checkpoint, losing at most the step in flight.
 from __future__ import annotations
 
 import random
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,7 +236,7 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
     with Progress(*columns, disable=not progress) as bar:
         job = bar.add_task("", total=config.trainer.steps, completed=start_step)
         for step in range(start_step, config.trainer.steps):
-            step_start = time.perf_counter()
+            step_start, cpu_start = time.perf_counter(), _cpu_seconds(envs)
             times = PhaseTimes()
 
             # 1. rollout: P prompts, G samples each
@@ -276,6 +277,7 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
             metrics = {**rollout_metrics(trajectories), **credit_metrics, **train_metrics, **times.seconds}
             metrics["time/residual"] = max(total - sum(times.seconds.values()), 0.0)
             metrics["time/total"] = total
+            metrics["cpu/step_s"] = max(_cpu_seconds(envs) - cpu_start, 0.0)  # a restarted worker restarts its count
             metrics_log.write(step, metrics)
             summary.steps, summary.final_metrics = step + 1, metrics
 
@@ -299,6 +301,12 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
     summary.zero_grad_records, summary.grad_records = totals["zero_grad_records"], totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)
     return summary
+
+
+def _cpu_seconds(envs: EnvPool) -> float:
+    """CPU seconds used so far by this process (all threads) and the pool's env workers."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime + envs.worker_cpu_seconds()
 
 
 def _account_grad_records(

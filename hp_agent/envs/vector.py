@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any, Union
 
 from hp_agent.envs import make
@@ -305,6 +306,19 @@ class EnvPool:
 
     def worker_pids(self) -> list[int]:
         return [worker.process.pid for worker in self._workers]
+
+    def worker_cpu_seconds(self) -> float:
+        """CPU seconds the live worker processes have used so far (from ``/proc``; 0 where
+        it cannot be read, and for an in-process pool, whose envs use the caller's CPU)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in self.worker_pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        return total
 
     def worker_slots(self, index: int) -> range:
         """The slots worker ``index`` holds: a contiguous block, sizes differing by at most one."""

@@ -1,0 +1,202 @@
+"""What a comparison measured: ``summary.json``, ``report.md`` (the paper's Tables 1, 2, 3
+and 5) and figures, all read back from the comparison's folder (see :mod:`hp_agent.compare`).
+
+Wall time is the trainer's own per-step time (``time/total``, summed over the steps of
+the run) and CPU time its per-step CPU time (``cpu/step_s``: the trainer process and its
+env workers); set-up and evaluation are excluded from both (``segments.jsonl`` has the
+whole stretches). A zero-gradient record is an optimizer step whose gradient norm was exactly 0
+(the trainer's ``grad_norms.jsonl``). Avg@k is the mean success over k samples per task
+(the unbiased Pass@1); the interval is the Wilson 95% interval of the first samples.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hp_agent.compare import CompareConfig, read_evaluations
+from hp_agent.runs import atomic_write_text, read_jsonl_records
+
+# Table 2's phases: (name in the paper, the trainer's timer).
+PHASES: tuple[tuple[str, str], ...] = (
+    ("rollout generation", "time/generation"),
+    ("env stepping", "time/env_step"),
+    ("hindsight scoring", "time/hindsight"),
+    ("behaviour-policy replay", "time/replay"),
+    ("training", "time/train"),
+    ("weight sync", "time/weight_sync"),
+    ("residual", "time/residual"),
+)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return read_jsonl_records(path) if path.is_file() else []
+
+
+def _scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Metric name -> value and interval, for one evaluation point."""
+    scores: dict[str, dict[str, Any]] = {}
+    for split, result in results.items():
+        k = result.samples
+        name = f"{split} success" if k == 1 else f"{split} Avg@{k}"
+        scores[name] = {"value": result.avg_at_k, "ci95": list(result.success_ci95), "tasks": result.tasks}
+        if k > 1:
+            scores[f"{split} Pass@{k}"] = {"value": result.pass_at_k, "ci95": None, "tasks": result.tasks}
+    return scores
+
+
+def summarize_method(config: CompareConfig, method: str) -> dict[str, Any]:
+    run_dir = config.out / "runs" / method
+    steps = _records(run_dir / "metrics.jsonl")
+    grads = _records(run_dir / "grad_norms.jsonl")
+    wall_before: dict[int, float] = {}  # training wall time spent before each step
+    total = 0.0
+    for row in sorted(steps, key=lambda r: r["step"]):
+        wall_before[row["step"]] = total
+        total += row.get("time/total", 0.0)
+    evaluations = []
+    for point, results in sorted(read_evaluations(config, method).items()):
+        wall = wall_before.get(point, total)
+        evaluations.append({"step": point, "train_wall_s": wall, "scores": _scores(results)})
+    best: dict[str, dict[str, Any]] = {}
+    for evaluation in evaluations:
+        for name, score in evaluation["scores"].items():
+            if name not in best or score["value"] > best[name]["value"]:
+                best[name] = {**score, "step": evaluation["step"]}
+    cpu = sum(row.get("cpu/step_s", 0.0) for row in steps)
+    return {
+        "group_size": config.methods[method],
+        "trained_steps": len(steps),
+        "wall_s": total,
+        "cpu_s": cpu,
+        "cpu_hours": cpu / 3600,
+        "phases_s": {name: sum(row.get(key, 0.0) for row in steps) for name, key in PHASES},
+        "zero_grad_records": sum(1 for g in grads if g["grad_norm"] == 0.0),
+        "grad_records": len(grads),
+        "evaluations": evaluations,
+        "best": best,
+    }
+
+
+def summarize(config: CompareConfig) -> dict[str, Any]:
+    methods = {method: summarize_method(config, method) for method in config.methods}
+    summary: dict[str, Any] = {"env": config.env, "steps": config.steps, "eval_points": config.eval_points(),
+                               "overrides": config.overrides, "methods": methods}
+    if {"hp-rlvr", "grpo"} <= methods.keys() and methods["hp-rlvr"]["wall_s"] > 0:
+        hp, grpo = methods["hp-rlvr"], methods["grpo"]
+        summary["grpo_over_hp_rlvr"] = {
+            "wall": grpo["wall_s"] / hp["wall_s"],
+            "cpu": grpo["cpu_s"] / hp["cpu_s"] if hp["cpu_s"] > 0 else None,
+        }
+    return summary
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _score_cell(score: dict[str, Any] | None) -> str:
+    if score is None:
+        return "-"
+    interval = f" [{100 * score['ci95'][0]:.1f}, {100 * score['ci95'][1]:.1f}]" if score.get("ci95") else ""
+    where = f" (step {score['step']})" if "step" in score else ""
+    return f"{_percent(score['value'])}{interval}{where}"
+
+
+def report_markdown(config: CompareConfig, summary: dict[str, Any]) -> str:
+    methods: dict[str, dict[str, Any]] = summary["methods"]
+    names = list(methods)
+    title = " vs ".join(f"{name} (G={methods[name]['group_size']})" for name in names)
+    lines = [f"# {config.env}: {title}", "",
+             f"{config.steps} steps each; evaluated after steps {', '.join(map(str, summary['eval_points']))}; "
+             f"shared overrides: `{' '.join(config.overrides) or 'none'}`.", "",
+             "## Table 1: training cost", "",
+             "| method | G | steps | wall time (s) | CPU time (s) | CPU-hours |", "|---|---|---|---|---|---|"]
+    for name, m in methods.items():
+        lines.append(f"| {name} | {m['group_size']} | {m['trained_steps']} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} "
+                     f"| {m['cpu_hours']:.4f} |")
+    if "grpo_over_hp_rlvr" in summary:
+        ratio = summary["grpo_over_hp_rlvr"]
+        cpu = "-" if ratio["cpu"] is None else f"{ratio['cpu']:.2f}x"
+        lines += ["", f"GRPO / HP-RLVR: wall time **{ratio['wall']:.2f}x**, CPU time **{cpu}**."]
+    lines += ["", "## Table 2: time per phase (s, share of the step)", "",
+              "| phase | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for phase, _ in PHASES:
+        cells = []
+        for m in methods.values():
+            seconds, whole = m["phases_s"][phase], sum(m["phases_s"].values())
+            cells.append(f"{seconds:.1f} ({_percent(seconds / whole) if whole else '-'})")
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    metrics = list(dict.fromkeys(name for m in methods.values() for name in m["best"]))
+    lines += ["", "## Table 3: best score over the evaluations (95% interval)", "",
+              "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for metric in metrics:
+        lines.append(f"| {metric} | " + " | ".join(_score_cell(m["best"].get(metric)) for m in methods.values()) + " |")
+    lines += ["", "## Table 5: zero-gradient records", "", "| method | zero-gradient | all records | fraction |", "|---|---|---|---|"]
+    for name, m in methods.items():
+        fraction = m["zero_grad_records"] / m["grad_records"] if m["grad_records"] else None
+        lines.append(f"| {name} | {m['zero_grad_records']} | {m['grad_records']} | {_percent(fraction)} |")
+    lines += ["", "## Every evaluation", "", "| method | step | training wall time (s) | " + " | ".join(metrics) + " |",
+              "|---|---|---|" + "---|" * len(metrics)]
+    for name, m in methods.items():
+        for evaluation in m["evaluations"]:
+            cells = [_score_cell(evaluation["scores"].get(metric)) for metric in metrics]
+            lines.append(f"| {name} | {evaluation['step']} | {evaluation['train_wall_s']:.1f} | " + " | ".join(cells) + " |")
+    lines += ["", "Figures: `score_vs_time.png`, `zero_grad.png`, `phases.png`.", ""]
+    return "\n".join(lines)
+
+
+def write_figures(config: CompareConfig, summary: dict[str, Any]) -> list[Path]:
+    """Score versus training wall time, zero-gradient fractions, phase breakdown."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods: dict[str, dict[str, Any]] = summary["methods"]
+    metrics = list(dict.fromkeys(name for m in methods.values() for name in m["best"]))
+    written = []
+    figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(4.5 * max(len(metrics), 1), 3.6), squeeze=False)
+    for axis, metric in zip(axes[0], metrics):
+        for name, m in methods.items():
+            points = [(e["train_wall_s"], e["scores"][metric]["value"]) for e in m["evaluations"] if metric in e["scores"]]
+            if points:
+                axis.plot(*zip(*points), marker="o", label=name)
+        axis.set(title=metric, xlabel="training wall time (s)", ylabel="score", ylim=(0, 1))
+        axis.legend()
+    written.append(_save(figure, config.out / "score_vs_time.png"))
+
+    figure, axis = plt.subplots(figsize=(4.5, 3.2))
+    fractions = [m["zero_grad_records"] / m["grad_records"] if m["grad_records"] else 0.0 for m in methods.values()]
+    axis.bar(list(methods), fractions)
+    axis.set(title="zero-gradient records", ylabel="fraction of all records", ylim=(0, 1))
+    written.append(_save(figure, config.out / "zero_grad.png"))
+
+    figure, axis = plt.subplots(figsize=(6.5, 1.2 + 0.6 * len(methods)))
+    left = [0.0] * len(methods)
+    for phase, _ in PHASES:
+        seconds = [m["phases_s"][phase] for m in methods.values()]
+        axis.barh(list(methods), seconds, left=left, label=phase)
+        left = [a + b for a, b in zip(left, seconds)]
+    axis.set(title="time per phase", xlabel="seconds")
+    axis.legend(fontsize="small", loc="lower right")
+    written.append(_save(figure, config.out / "phases.png"))
+    return written
+
+
+def _save(figure: Any, path: Path) -> Path:
+    """Write a PNG through a temporary file and a rename; close the figure."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    figure.savefig(tmp, dpi=100)
+    plt.close(figure)
+    os.replace(tmp, path)
+    return path
+
+
+def write_report(config: CompareConfig, summary: dict[str, Any]) -> None:
+    atomic_write_text(config.out / "report.md", report_markdown(config, summary))
+    write_figures(config, summary)

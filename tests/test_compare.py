@@ -1,0 +1,98 @@
+"""``hp-agent compare``: both methods trained and evaluated at each point, tables and
+figures written, an interrupted comparison resumed without redoing anything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import hp_agent.compare as compare
+from hp_agent.compare import CompareConfig, load_compare_config, run_compare
+from hp_agent.config import ConfigError
+
+# Mechanics on the single-step toy task with the embedded (untrained) model: 2 steps,
+# evaluated after each; 2 prompts a step (GRPO: 16 episodes, HP-RLVR: 2).
+OVERRIDES = ["trainer.prompts_per_step=2", "rollout.max_new_tokens=5", "trainer.save_trajectories=false",
+             "learner.mini_batch_size=8"]
+
+
+def settings(out, **changes) -> CompareConfig:
+    fields = {"env": "keystep", "steps": 2, "out": out, "eval_fractions": [0.5, 1.0], "eval_limit": 12,
+              "overrides": list(OVERRIDES), **changes}
+    return load_compare_config(None, **fields)
+
+
+def test_eval_points_and_plans(tmp_path):
+    config = CompareConfig(env="alfworld", steps=10, out=tmp_path)
+    assert config.eval_points() == [2, 5, 8, 10]
+    assert config.eval_plan() == [("id", 1), ("ood", 1)]
+    assert CompareConfig(env="math", steps=3, out=tmp_path, eval_samples=2).eval_plan() == [("test", 2)]
+    assert CompareConfig(env="keys", steps=1, out=tmp_path).eval_points() == [1]
+    with pytest.raises(ConfigError, match="eval_fractions"):
+        load_compare_config(None, env="keys", steps=4, out=tmp_path, eval_fractions=[0.0, 1.0])
+    with pytest.raises(ConfigError, match="trainer.prompts"):
+        load_compare_config(None, env="keys", steps=4, out=tmp_path, overrides=["trainer.prompts=3"])
+
+
+@pytest.mark.slow
+def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkeypatch, _private_cache):
+    out = tmp_path / "cmp"
+    evaluate_at = compare._evaluate_at
+    calls = []
+
+    def interrupted(config, method, step, progress):
+        calls.append((method, step))
+        if (method, step) == ("grpo", 1):
+            raise KeyboardInterrupt  # a kill in the middle of the first evaluation point
+        evaluate_at(config, method, step, progress)
+
+    monkeypatch.setattr(compare, "_evaluate_at", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_compare(settings(out), progress=False)
+    monkeypatch.setattr(compare, "_evaluate_at", evaluate_at)
+    summary = run_compare(settings(out), progress=False)
+
+    # Nothing was trained twice: one stretch per method and evaluation point.
+    segments = [json.loads(line) for line in (out / "segments.jsonl").read_text().splitlines()]
+    assert [(s["method"], s["from_step"], s["to_step"]) for s in segments] == [
+        ("hp-rlvr", 0, 1), ("grpo", 0, 1), ("hp-rlvr", 1, 2), ("grpo", 1, 2)]
+    assert all(s["wall_s"] > 0 and s["cpu_s"] > 0 for s in segments)
+    for method in ("hp-rlvr", "grpo"):
+        steps = [json.loads(line)["step"] for line in (out / "runs" / method / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [0, 1]
+        for step in (1, 2):
+            result = json.loads((out / "evals" / method / f"step_{step:06d}" / "test.json").read_text())
+            assert result["tasks"] == 12 and result["split"] == "test"
+
+    hp, grpo = summary["methods"]["hp-rlvr"], summary["methods"]["grpo"]
+    assert (hp["group_size"], grpo["group_size"]) == (1, 8)
+    assert hp["trained_steps"] == grpo["trained_steps"] == 2
+    # Each method's step time lands in its own phase: hindsight scoring vs behaviour replay.
+    assert hp["phases_s"]["hindsight scoring"] > 0 and hp["phases_s"]["behaviour-policy replay"] == 0
+    assert grpo["phases_s"]["behaviour-policy replay"] > 0 and grpo["phases_s"]["hindsight scoring"] == 0
+    assert grpo["phases_s"]["env stepping"] > 0 and grpo["phases_s"]["rollout generation"] > 0
+    # The wall time is the sum of the logged step times; GRPO plays 8x the episodes.
+    logged = [json.loads(line)["time/total"] for line in (out / "runs" / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert grpo["wall_s"] == pytest.approx(sum(logged))
+    assert summary["grpo_over_hp_rlvr"]["wall"] == pytest.approx(grpo["wall_s"] / hp["wall_s"])
+    cpu = [json.loads(line)["cpu/step_s"] for line in (out / "runs" / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert all(c > 0 for c in cpu) and grpo["cpu_s"] == pytest.approx(sum(cpu))
+    assert hp["grad_records"] > 0 and grpo["grad_records"] > 0
+    assert [e["step"] for e in hp["evaluations"]] == [1, 2]
+    assert hp["evaluations"][0]["train_wall_s"] < hp["evaluations"][1]["train_wall_s"]
+    assert set(hp["best"]) == {"test success"}
+
+    report = (out / "report.md").read_text()
+    for heading in ("Table 1", "Table 2", "Table 3", "Table 5", "Every evaluation"):
+        assert heading in report
+    for figure in ("score_vs_time.png", "zero_grad.png", "phases.png"):
+        assert (out / figure).read_bytes().startswith(b"\x89PNG")
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+
+    # Done: a rerun trains and evaluates nothing; other settings in the same folder are refused.
+    monkeypatch.setattr("hp_agent.trainer.train", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr(compare, "evaluate", lambda *a, **k: pytest.fail("evaluated again"))
+    run_compare(settings(out), progress=False)
+    with pytest.raises(ConfigError, match="steps"):
+        run_compare(settings(out, steps=4), progress=False)
