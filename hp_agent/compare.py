@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hp_agent.config import ConfigError, TrainConfig, load_config
 from hp_agent.evaluate import EvalResult, evaluate
@@ -104,8 +104,17 @@ def load_compare_config(path: Path | None, **fields: Any) -> CompareConfig:
     data["overrides"] = overrides
     try:
         config = CompareConfig.model_validate(data)
-    except ValueError as error:
-        raise ConfigError(f"bad compare config: {error}") from None
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+            if item["type"] == "missing":
+                problems.append(f"{key} is required (--{key.replace('_', '-')} or in --config)")
+            elif item["type"] == "extra_forbidden":
+                problems.append(f"unknown compare setting {key!r}; valid: {', '.join(CompareConfig.model_fields)}")
+            else:
+                problems.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
+        raise ConfigError("bad compare settings: " + "; ".join(problems)) from None
     for method in config.methods:
         config.train_config(method)  # a bad override or rule fails before anything runs
     return config

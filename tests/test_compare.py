@@ -31,6 +31,10 @@ def test_eval_points_and_plans(tmp_path):
     assert CompareConfig(env="keys", steps=1, out=tmp_path).eval_points() == [1]
     with pytest.raises(ConfigError, match="eval_fractions"):
         load_compare_config(None, env="keys", steps=4, out=tmp_path, eval_fractions=[0.0, 1.0])
+    with pytest.raises(ConfigError, match=r"steps is required \(--steps or in --config\)"):
+        load_compare_config(None, env="keys", out=tmp_path)
+    with pytest.raises(ConfigError, match="unknown compare setting 'stepz'"):
+        load_compare_config(None, env="keys", steps=2, out=tmp_path, stepz=3)
     with pytest.raises(ConfigError, match="trainer.prompts"):
         load_compare_config(None, env="keys", steps=4, out=tmp_path, overrides=["trainer.prompts=3"])
 
