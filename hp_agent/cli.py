@@ -140,6 +140,7 @@ def compare(
     eval_limit: Optional[int] = typer.Option(None, help="Only the first N tasks of each evaluation split."),
     eval_samples: Optional[int] = typer.Option(None, help="Samples per task (default: alfworld 1, math 4, code 8)."),
     eval_max_turns: Optional[int] = typer.Option(None, help="A model's most turns per evaluation episode."),
+    eval_greedy: Optional[bool] = typer.Option(None, "--eval-greedy", help="Evaluate greedily (default: sample at the rollout temperature)."),
 ) -> None:
     """HP-RLVR (G=1) against GRPO (G=8) from the same model and seed, evaluated at 25/50/75/100% of the steps (resumable)."""
     _quiet_libraries()
@@ -149,7 +150,8 @@ def compare(
 
     try:
         settings = load_compare_config(config, env=env, steps=steps, out=out, eval_limit=eval_limit,
-                                       eval_samples=eval_samples, eval_max_turns=eval_max_turns, overrides=overrides)
+                                       eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
+                                       overrides=overrides)
         summary = run_compare(settings)
     except (ConfigError, FileExistsError, FileNotFoundError, ImportError, LookupError, TrainingError) as error:
         _fail(str(error))
