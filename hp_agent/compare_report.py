@@ -173,14 +173,14 @@ def write_figures(config: CompareConfig, summary: dict[str, Any]) -> list[Path]:
     axis.set(title="zero-gradient records", ylabel="fraction of all records", ylim=(0, 1))
     written.append(_save(figure, config.out / "zero_grad.png"))
 
-    figure, axis = plt.subplots(figsize=(6.5, 1.2 + 0.6 * len(methods)))
+    figure, axis = plt.subplots(figsize=(8.5, 1.4 + 0.6 * len(methods)))
     left = [0.0] * len(methods)
     for phase, _ in PHASES:
         seconds = [m["phases_s"][phase] for m in methods.values()]
         axis.barh(list(methods), seconds, left=left, label=phase)
         left = [a + b for a, b in zip(left, seconds)]
     axis.set(title="time per phase", xlabel="seconds")
-    axis.legend(fontsize="small", loc="lower right")
+    axis.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
     written.append(_save(figure, config.out / "phases.png"))
     return written
 
