@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hp_agent.config import ConfigError, TrainConfig, load_config
 from hp_agent.evaluate import EvalResult, evaluate
 from hp_agent.policies import SamplingParams
-from hp_agent.runs import atomic_write_text, latest_checkpoint
+from hp_agent.runs import CHECKPOINT_PREFIX, atomic_write_text, checkpoint_dir, latest_checkpoint
 
 # What each env is scored on: (split, samples per task). ALFWorld: success on ID and
 # OOD games; math: Avg@4 and Pass@4; code: Pass@1 (Avg@8) and Pass@8. Other envs: their
@@ -82,10 +82,17 @@ class CompareConfig(BaseModel):
             plan = [(split, plan[0][1]) for split in self.eval_splits]
         return [(split, self.eval_samples or samples) for split, samples in plan]
 
-    def train_config(self, method: str) -> TrainConfig:
-        """The method's training config: shared overrides, then env, rule, G and run folder."""
+    def run_dir(self, method: str) -> Path:
+        return self.out / "runs" / method
+
+    def eval_path(self, method: str, step: int, split: str | None) -> Path:
+        return self.out / "evals" / method / f"step_{step:06d}" / f"{split or 'default'}.json"
+
+    def train_config(self, method: str, steps: int | None = None) -> TrainConfig:
+        """The method's training config: shared overrides, then env, rule, G, run folder (and steps)."""
         fixed = [f"env.name={self.env}", f"algo.name={method}", f"algo.group_size={self.methods[method]}",
-                 f"trainer.run_dir={self.out / 'runs'}", f"trainer.name={method}"]
+                 f"trainer.run_dir={self.run_dir(method).parent}", f"trainer.name={method}"]
+        fixed += [f"trainer.steps={steps}"] if steps is not None else []
         return load_config(None, self.overrides + fixed)
 
 
@@ -136,7 +143,7 @@ def _check_settings(config: CompareConfig) -> None:
 
 def _trained_steps(run_dir: Path) -> int:
     checkpoint = latest_checkpoint(run_dir)
-    return int(checkpoint.name.rsplit("_", 1)[1]) if checkpoint is not None else 0
+    return int(checkpoint.name.removeprefix(CHECKPOINT_PREFIX)) if checkpoint is not None else 0
 
 
 def _cpu_seconds() -> float:
@@ -149,14 +156,12 @@ def _train_to(config: CompareConfig, method: str, step: int, progress: bool) -> 
     """Train ``method`` until its run has a checkpoint at ``step``; log the stretch's cost."""
     from hp_agent.trainer import train
 
-    run_dir = config.out / "runs" / method
+    run_dir = config.run_dir(method)
     start = _trained_steps(run_dir)
     if start >= step:
         return
-    train_config = config.train_config(method).model_copy(deep=True)
-    train_config.trainer.steps = step
     wall, cpu = time.perf_counter(), _cpu_seconds()
-    train(train_config, resume=run_dir if (run_dir / "config.yaml").is_file() else None, progress=progress)
+    train(config.train_config(method, steps=step), resume=run_dir if (run_dir / "config.yaml").is_file() else None, progress=progress)
     record = {"method": method, "from_step": start, "to_step": step,
               "wall_s": time.perf_counter() - wall, "cpu_s": _cpu_seconds() - cpu}
     with (config.out / "segments.jsonl").open("a", encoding="utf-8") as f:
@@ -164,15 +169,14 @@ def _train_to(config: CompareConfig, method: str, step: int, progress: bool) -> 
 
 
 def _evaluate_at(config: CompareConfig, method: str, step: int, progress: bool) -> None:
-    run_dir = config.out / "runs" / method
     train_config = config.train_config(method)
     sampling = SamplingParams(train_config.rollout.max_new_tokens, train_config.rollout.temperature,
                               greedy=config.eval_greedy)
     for split, samples in config.eval_plan():
-        output = config.out / "evals" / method / f"step_{step:06d}" / f"{split or 'default'}.json"
+        output = config.eval_path(method, step, split)
         if output.is_file():
             continue
-        checkpoint = run_dir / "checkpoints" / f"step_{step:06d}" / "model"
+        checkpoint = checkpoint_dir(config.run_dir(method), step) / "model"
         if not checkpoint.is_dir():
             raise FileNotFoundError(f"no checkpoint of {method} at step {step} ({checkpoint}) to evaluate")
         evaluate(env=config.env, model=str(checkpoint), split=split, samples=samples, limit=config.eval_limit,
@@ -180,11 +184,14 @@ def _evaluate_at(config: CompareConfig, method: str, step: int, progress: bool) 
                  max_turns=config.eval_max_turns, output=output, progress=progress)
 
 
+# Training env kwargs that pick the training sample or shorten its episodes: evaluation
+# plays the full held-out split under the env's own step limit (see eval_max_turns).
+TRAINING_ONLY_KWARGS = ("split", "num_games", "task_types", "max_steps")
+
+
 def _eval_env_kwargs(train_config: TrainConfig) -> dict[str, Any]:
-    """The training env's kwargs that define the game (source, prompt mode), not its training sample."""
-    kept = ("source", "data_root", "prompt_mode", "history_length", "invalid_penalty", "win_reward", "require_think",
-            "num_boxes", "invalid_cost")
-    return {key: value for key, value in train_config.env.kwargs.items() if key in kept}
+    """The training env's kwargs that define the game (source, prompt mode, rewards)."""
+    return {key: value for key, value in train_config.env.kwargs.items() if key not in TRAINING_ONLY_KWARGS}
 
 
 def run_compare(config: CompareConfig, progress: bool = True) -> dict[str, Any]:
@@ -208,7 +215,7 @@ def read_evaluations(config: CompareConfig, method: str) -> dict[int, dict[str, 
     found: dict[int, dict[str, EvalResult]] = {}
     for point in config.eval_points():
         for split, _ in config.eval_plan():
-            path = config.out / "evals" / method / f"step_{point:06d}" / f"{split or 'default'}.json"
+            path = config.eval_path(method, point, split)
             if path.is_file():
                 found.setdefault(point, {})[split or "default"] = EvalResult.from_dict(json.loads(path.read_text()))
     return found

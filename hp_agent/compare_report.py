@@ -47,7 +47,7 @@ def _scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def summarize_method(config: CompareConfig, method: str) -> dict[str, Any]:
-    run_dir = config.out / "runs" / method
+    run_dir = config.run_dir(method)
     steps = _records(run_dir / "metrics.jsonl")
     grads = _records(run_dir / "grad_norms.jsonl")
     wall_before: dict[int, float] = {}  # training wall time spent before each step
