@@ -173,6 +173,8 @@ def sft(
     seed: int = typer.Option(0, help="Seed for initialization order and batches."),
     data: Optional[Path] = typer.Option(None, help="Trajectory JSONL to learn from (e.g. `hp-agent data alfworld --demos`) instead of the env's built-in demonstrations."),
     env_kwargs: str = typer.Option("{}", help="Env arguments as a YAML mapping, e.g. '{demo_mistakes: 0.5}' (keys, keystep)."),
+    hindsight: bool = typer.Option(False, help="With --data: also learn every turn under its privileged block (realized future and outcome), as hindsight scoring shows it."),
+    save_every: int = typer.Option(100, help="Save the state to OUT.partial every N steps; the same command continues from there."),
 ) -> None:
     """Supervised warm-up on an env's demonstrations, so RL starts from a policy whose rewards vary."""
     import torch
@@ -190,7 +192,7 @@ def sft(
         return
     try:
         result = run_sft(out, env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, data=data,
-                         progress=True, env_kwargs=kwargs)
+                         progress=True, env_kwargs=kwargs, hindsight=hindsight, save_every=save_every)
     except (FileExistsError, FileNotFoundError, LookupError, NotImplementedError, TypeError, ValueError) as error:
         _fail(str(error))
         return
@@ -210,7 +212,7 @@ def data_alfworld(
     build: bool = typer.Option(False, help="Synthesize games from the alfworld wheel (no data needed) into the hp_agent cache."),
     from_alfred: Optional[Path] = typer.Option(None, help="Rebuild games from ALFRED task records: its json_2.1.0 folder or alfred_json_2.1.0_trimmed.tar.gz."),
     splits: Optional[list[str]] = typer.Option(None, "--split", help="Split to build or play: train, id, ood (repeat the flag; default for --build/--from-alfred: all three, for --demos: train)."),
-    count: Optional[int] = typer.Option(None, help="With --build: games per split (default 600 train, 140 id, 134 ood); with --from-alfred: at most this many trials per split."),
+    count: Optional[int] = typer.Option(None, help="With --build: games per split (default 600 train, 140 id, 134 ood); with --from-alfred: at most this many trials per split, one task type in turn."),
     demos: Optional[Path] = typer.Option(None, help="Write the expert's won episodes here as trajectory JSONL."),
     source: str = typer.Option("auto", help="With --demos: games to play: auto, official, synth or alfred."),
     model: str = typer.Option("tiny", help="With --demos: the model whose tokenizer and chat template render the ids."),

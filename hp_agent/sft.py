@@ -9,7 +9,11 @@ whose rewards vary. The loss is the mean negative log-likelihood of the response
 
 from __future__ import annotations
 
+import io
 import random
+import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +23,13 @@ from rich.progress import Progress
 from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
+from hp_agent.hindsight import ScoringOptions, hindsight_sequences
 from hp_agent.policies import Policy, load_policy
 from hp_agent.rollout import prompt_messages
+from hp_agent.runs import atomic_write_bytes
 from hp_agent.trajectory import read_jsonl
+
+LOG_EVERY = 50  # steps per plain progress line when the output is not a terminal
 
 
 @dataclass
@@ -67,19 +75,50 @@ def trajectory_sequences(path: str | Path, vocab_size: int) -> list[tuple[list[i
     return sequences
 
 
+@dataclass
+class WarmupState:
+    """What a warm-up needs to continue where it stopped: step, losses, optimizer,
+    schedule and batch-sampler state (the model's weights are saved beside it)."""
+
+    step: int
+    losses: list[float]
+    optimizer: dict
+    schedule: dict
+    shuffle: tuple
+
+
 def supervised_warmup(
-    policy: Policy, sequences: list[tuple[list[int], int]], steps: int, batch_size: int = 16, lr: float = 1e-3, seed: int = 0, progress: bool = False
+    policy: Policy,
+    sequences: list[tuple[list[int], int]],
+    steps: int,
+    batch_size: int = 16,
+    lr: float = 1e-3,
+    seed: int = 0,
+    progress: bool = False,
+    resume: WarmupState | None = None,
+    save: Callable[[WarmupState], None] | None = None,
+    save_every: int = 100,
 ) -> list[float]:
-    """Train on ``sequences`` for ``steps`` AdamW steps; returns the loss of each step."""
+    """Train on ``sequences`` for ``steps`` AdamW steps; returns the loss of each step.
+
+    ``resume`` continues an earlier call (same sequences and settings); ``save`` receives
+    the state every ``save_every`` steps, after the weights of that step.
+    """
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0 - k / max(steps, 1))
     shuffle = random.Random(seed)
+    losses: list[float] = []
+    if resume is not None:
+        optimizer.load_state_dict(resume.optimizer)
+        schedule.load_state_dict(resume.schedule)
+        shuffle.setstate(resume.shuffle)
+        losses = list(resume.losses)
     pad_id = policy.tokenizer.pad_token_id or 0
-    losses = []
+    log_plain = progress and not sys.stdout.isatty()  # a log file gets a line now and then instead
     policy.model.train()
-    with Progress(disable=not progress, transient=True) as bar:
-        job = bar.add_task("sft", total=steps)
-        for _ in range(steps):
+    with Progress(disable=not progress or log_plain, transient=True) as bar:
+        job = bar.add_task("sft", total=steps, completed=len(losses))
+        for step in range(len(losses), steps):
             batch = shuffle.sample(sequences, min(batch_size, len(sequences)))
             hidden = span_hidden_states(policy, [s for s, _ in batch], [(start, len(s)) for s, start in batch], 1 << 20, pad_id)
             logprobs = torch.cat([chunked_logprobs(h, torch.tensor(s[start:]), policy.project) for h, (s, start) in zip(hidden, batch)])
@@ -91,8 +130,20 @@ def supervised_warmup(
             schedule.step()
             losses.append(loss.item())
             bar.update(job, advance=1, description=f"sft loss {loss.item():.3f}")
+            if log_plain and (step + 1) % LOG_EVERY == 0:
+                recent = losses[-LOG_EVERY:]
+                print(f"sft step {step + 1}/{steps} loss {sum(recent) / len(recent):.4f}", flush=True)
+            if save is not None and (step + 1) % save_every == 0 and step + 1 < steps:
+                save(WarmupState(step + 1, losses, optimizer.state_dict(), schedule.state_dict(), shuffle.getstate()))
     policy.model.eval()
     return losses
+
+
+def hindsight_demonstration_sequences(policy: Policy, path: str | Path, options: ScoringOptions) -> list[tuple[list[int], int]]:
+    """Every segment of every trajectory in ``path`` with its privileged block, as the
+    hindsight scorer renders it: (hindsight prompt + segment ids, segment start)."""
+    trajectories = list(read_jsonl(path))
+    return [(ids, len(ids) - (segment.end - segment.start)) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
 
 
 def sft(
@@ -106,24 +157,69 @@ def sft(
     data: str | Path | None = None,
     progress: bool = False,
     env_kwargs: dict | None = None,
+    hindsight: bool = False,
+    save_every: int = 100,
 ) -> SFTResult:
     """Warm up ``model`` on ``data`` (trajectory JSONL) or else on ``env``'s train
     demonstrations (``env_kwargs`` for the env, e.g. the toy envs' ``demo_mistakes``),
-    and save it as a Hugging Face folder."""
+    and save it as a Hugging Face folder.
+
+    ``hindsight`` (needs ``data``): also learn every turn under its privileged block, as
+    the hindsight scorer shows it (realized future and outcome), so that the model reads
+    the block before RL asks it to. Every ``save_every`` steps the state goes to
+    ``<out_dir>.partial/``; a call with the same arguments continues from there.
+    """
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{str(out_dir)!r} exists and is not empty; choose another --out")
+    if hindsight and data is None:
+        raise ValueError("hindsight warm-up needs --data: the privileged block is built from recorded trajectories")
+    partial = out_dir.with_name(f"{out_dir.name}.partial")
+    settings = {"env": env, "model": model, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+                "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight}
+    resume = _load_partial(partial, settings)
     torch.manual_seed(seed)
-    policy = load_policy(model)
+    policy = load_policy(str(partial / "model") if resume is not None else model)
     if data is not None:
         sequences = trajectory_sequences(data, policy.model.get_input_embeddings().num_embeddings)
+        if hindsight:
+            sequences += hindsight_demonstration_sequences(policy, data, ScoringOptions())
     else:
         sequences = demonstration_sequences(policy, env, {"split": "train", **(env_kwargs or {})})
-    losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress)
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
+
+    def save(state: WarmupState) -> None:
+        _save_model(policy, partial / ".model-new", partial / "model")
+        atomic_write_bytes(partial / "state.pt", _state_bytes({"settings": settings, "state": state}))
+
+    losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress, resume, save, save_every)
+    _save_model(policy, out_dir.with_name(f".tmp-{out_dir.name}"), out_dir)
+    shutil.rmtree(partial, ignore_errors=True)
+    return SFTResult(out_dir, steps, len(sequences), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"))
+
+
+def _save_model(policy: Policy, tmp: Path, final: Path) -> None:
+    """Write the model and tokenizer into ``tmp``, then rename it to ``final``."""
+    shutil.rmtree(tmp, ignore_errors=True)
     policy.model.save_pretrained(tmp, safe_serialization=True)
     policy.tokenizer.save_pretrained(tmp)
-    if out_dir.exists():
-        out_dir.rmdir()  # empty: checked above
-    tmp.replace(out_dir)
-    return SFTResult(out_dir, steps, len(sequences), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"))
+    if final.exists():
+        shutil.rmtree(final)  # an empty --out (checked by sft) or the previous partial model
+    tmp.replace(final)
+
+
+def _state_bytes(payload: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
+
+
+def _load_partial(partial: Path, settings: dict) -> WarmupState | None:
+    """The saved state of an interrupted warm-up with these ``settings``, else None."""
+    if not (partial / "state.pt").is_file() or not (partial / "model").is_dir():
+        return None
+    payload = torch.load(partial / "state.pt", map_location="cpu", weights_only=False)
+    if payload["settings"] != settings:
+        changed = sorted(k for k in settings if payload["settings"].get(k) != settings[k])
+        raise ValueError(f"{partial} holds an interrupted warm-up with other settings ({', '.join(changed)}); "
+                         "rerun with its settings or delete the folder")
+    return payload["state"]

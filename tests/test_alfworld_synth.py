@@ -160,3 +160,12 @@ def test_alfred_rebuild_of_valid_seen_trials_loads_and_is_solved(tmp_path):
         assert rec["status"] == "written", rec  # loaded, solved by the expert, walkthrough replayed
         game_dir = tmp_path / "out" / "json_2.1.1" / "valid_seen" / path.parent.parent.name / built.trial
         assert json.loads((game_dir / "traj_data.json").read_text())["task_id"] == built.trial
+
+
+def test_capped_alfred_build_takes_every_task_type_in_turn():
+    trials = [Path(f"train/{kind}-Obj-None-Recep-{k}/trial_{k}/traj_data.json")
+              for kind in ("look_at_obj_in_light", "pick_and_place_simple", "pick_two_obj_and_place") for k in range(3)]
+    kinds = [path.parent.parent.name.split("-")[0] for path in build.balanced_prefix(trials, 5)]
+    assert kinds == ["look_at_obj_in_light", "pick_and_place_simple", "pick_two_obj_and_place",
+                     "look_at_obj_in_light", "pick_and_place_simple"]
+    assert build.balanced_prefix(trials, 100) == [trials[i] for i in (0, 3, 6, 1, 4, 7, 2, 5, 8)]

@@ -26,7 +26,7 @@ from hp_agent.envs.base import TextEnv
 # Bump whenever the recipe changes (the corpus, including CORPUS_ENVS' texts, the
 # tokenizer, config or init): cached folders are keyed by it, so a new version rebuilds
 # instead of reusing a stale model.
-TINY_VERSION = "tiny-qwen3-v2"
+TINY_VERSION = "tiny-qwen3-v3"
 
 # Built-in env classes whose texts train the tokenizer. Plugins are left out on purpose:
 # the tiny model must be the same on every machine. Append ALFWorld/code envs here.

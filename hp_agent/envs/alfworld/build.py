@@ -173,6 +173,17 @@ def _run(jobs: list[tuple], fn, workers: int, progress: bool, label: str) -> lis
     return out
 
 
+def balanced_prefix(trials: list[Path], n: int) -> list[Path]:
+    """The first ``n`` of ALFRED ``.../<task_type>-<args>/<trial>/traj_data.json`` paths, one
+    task type in turn (path order within a type), so that a capped build covers every type."""
+    by_type: dict[str, list[Path]] = {}
+    for path in trials:
+        by_type.setdefault(path.parent.parent.name.split("-")[0], []).append(path)
+    ordered = [group[rank] for rank in range(max(map(len, by_type.values()), default=0))
+               for group in by_type.values() if rank < len(group)]
+    return ordered[:n]
+
+
 def build_games(out_root: str | Path, source: str = "synth", splits: tuple[str, ...] | list[str] | None = None,
                 counts: dict[str, int] | int | None = None, alfred_dir: str | Path | None = None,
                 workers: int = 2, progress: bool = True, seed: int = 0,
@@ -184,7 +195,7 @@ def build_games(out_root: str | Path, source: str = "synth", splits: tuple[str, 
     splits:  synth: "train", "id" (valid_seen), "ood" (valid_unseen); alfred: ALFRED split
              names ("train", "valid_seen", "valid_unseen"). Default: all three.
     counts:  games per split (synth: how many to make, default 600/140/134; alfred: cap on
-             the trials rebuilt, default all). An int applies to every split.
+             the trials rebuilt, taken one task type in turn, default all). An int applies to every split.
     scenes:  synth only: restrict to these floor plans (intersected with each split's own).
     Returns ``{"source", "seconds", "splits": {folder: {written, cached, failed, skipped,
     attempts, by_task_type}}}``; ``written + cached`` games are on disk.
@@ -222,7 +233,7 @@ def build_games(out_root: str | Path, source: str = "synth", splits: tuple[str, 
             trials = catalog.trials(split)
             n = counts if isinstance(counts, int) else (counts or {}).get(split)
             if n is not None:
-                trials = trials[:n]
+                trials = balanced_prefix(trials, n)
             have = existing_trials(out_root, split)
             jobs = []
             for path in trials:

@@ -340,6 +340,7 @@ class AlfworldEnv(TextEnv):
         yield TEMPLATE_NO_HISTORY
         yield TEMPLATE
         yield from _EXAMPLE_TEXTS
+        yield from _vocabulary_texts()
 
 
 _EXAMPLE_TEXTS: tuple[str, ...] = (
@@ -357,6 +358,32 @@ _EXAMPLE_TEXTS: tuple[str, ...] = (
     "Nothing happens.",
     "<think>The apple is on the countertop; I should take it.</think><action>take apple 1 from countertop 1</action>",
 )
+
+
+# ALFRED's object and receptacle types (alfworld.gen.constants.OBJECTS, lowercased), fixed
+# here so that the tokenizer does not depend on the installed wheel.
+ALFRED_NAMES: tuple[str, ...] = tuple("""
+alarmclock apple armchair baseballbat basketball bathtub bathtubbasin bed blinds book boots bowl box bread
+butterknife cabinet candle cart cd cellphone chair cloth coffeemachine coffeetable countertop creditcard cup
+curtains desk desklamp diningtable dishsponge drawer dresser egg floorlamp footstool fork fridge garbagecan
+glassbottle handtowel handtowelholder houseplant kettle keychain knife ladle laptop laundryhamper
+laundryhamperlid lettuce lightswitch microwave mirror mug newspaper ottoman painting pan papertowel
+papertowelroll pen pencil peppershaker pillow plate plunger poster pot potato remotecontrol safe saltshaker
+scrubbrush shelf showerdoor showerglass sidetable sink sinkbasin soapbar soapbottle sofa spatula spoon
+spraybottle statue stoveburner stoveknob teddybear television tennisracket tissuebox toaster toilet
+toiletpaper toiletpaperhanger toiletpaperroll tomato towel towelholder tvstand vase watch wateringcan window
+winebottle
+""".split())
+_ACTION_VERBS = ("go to", "take", "move", "open", "close", "examine", "use", "heat", "cool", "clean")
+
+
+def _vocabulary_texts() -> Iterator[str]:
+    """Every ALFRED name and admissible-action verb in the forms games print, twice each:
+    BPE then merges each into one token, so the model copies a name as one id."""
+    for name in ALFRED_NAMES:
+        yield f"you see a {name} 1, and a {name} 2. 'take {name} 1 from {name} 2'\n 'go to {name} 1'" * 2
+    for verb in _ACTION_VERBS:
+        yield f"[Observation 1: 'x', Action 1: '{verb} a 1'] ['{verb} a 1'\n '{verb} a 2']" * 2
 
 
 def _expert_pairs(env: AlfworldEnv, task_id: str, steps: int) -> Iterator[tuple[str, str]]:

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The ALFWorld warm-start measurements of docs/results.md, one stage per call, resumable
+# (a finished stage is skipped; an interrupted SFT continues from OUT.partial).
+#
+#   scripts/alfworld_warm_start.sh demos-official   # expert demos, the 200 official train games
+#   scripts/alfworld_warm_start.sh demos-alfred     # expert demos, train games rebuilt from ALFRED
+#                                                   # (COUNT trials rebuilt, LIMIT games played)
+#   scripts/alfworld_warm_start.sh demos-synth      # expert demos, synthesized train games
+#   scripts/alfworld_warm_start.sh sft NAME STEPS DATA[,DATA...] [sft flags]
+#   scripts/alfworld_warm_start.sh eval NAME SPLIT [LIMIT]   # greedy, 50 steps (the standard protocol)
+#
+# Everything goes to $ROOT (default runs/warm). One torch thread per process.
+set -euo pipefail
+root=${ROOT:-runs/warm}
+bin=${BIN:-.venv/bin}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+mkdir -p "$root"
+stage=${1:?stage: demos-official, demos-alfred, demos-synth, sft, eval}
+shift
+case "$stage" in
+  demos-official)
+    [ -f "$root/demos-official.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-official.jsonl" --source official --workers "${WORKERS:-1}" ;;
+  demos-alfred)
+    # ALFRED's train trials rebuilt as games (about 60% kept), then the expert's won episodes.
+    "$bin/hp-agent" data alfworld --from-alfred "${ALFRED:-../shared/data/alfred_json_2.1.0_trimmed.tar.gz}" --split train \
+      --count "${COUNT:-1500}" --workers "${WORKERS:-1}"
+    [ -f "$root/demos-alfred.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-alfred.jsonl" --source alfred \
+      --workers "${WORKERS:-1}" ${LIMIT:+--limit "$LIMIT"} ;;
+  demos-synth)
+    "$bin/hp-agent" data alfworld --build --split train --count "${COUNT:-600}" --workers "${WORKERS:-1}"
+    [ -f "$root/demos-synth.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-synth.jsonl" --source synth --workers "${WORKERS:-1}" ;;
+  sft)
+    name=${1:?sft NAME STEPS DATA[,DATA...] [flags]}; steps=${2:?steps}; data=${3:?data files}; shift 3
+    if [ ! -f "$root/$name/config.json" ]; then
+      merged="$root/$name.data.jsonl"
+      # shellcheck disable=SC2046
+      cat $(echo "$data" | tr ',' ' ') > "$merged"
+      "$bin/hp-agent" sft --data "$merged" --model "${MODEL:-tiny}" --steps "$steps" --batch-size 16 --out "$root/$name" "$@"
+      rm -f "$merged"
+    fi ;;
+  eval)
+    name=${1:?eval NAME SPLIT [LIMIT]}; split=${2:?split}; limit=${3:-}
+    out="$root/$name/eval-$split${limit:+-$limit}.json"
+    [ -f "$out" ] || "$bin/hp-agent" eval --model "$root/$name" --split "$split" --source official --greedy \
+      --max-new-tokens 24 ${limit:+--limit "$limit"} --output "$out"
+    cat "$out" ;;
+  *) echo "unknown stage $stage" >&2; exit 2 ;;
+esac

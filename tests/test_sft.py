@@ -1,0 +1,59 @@
+"""The supervised warm-up: an interrupted run continues to the same weights, bad resumes are refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import hp_agent.sft as sft_module
+from hp_agent.sft import sft
+
+STEPS, SAVE_EVERY = 6, 2
+
+
+def _weights(folder) -> dict[str, torch.Tensor]:
+    return AutoModelForCausalLM.from_pretrained(folder).state_dict()
+
+
+def test_interrupted_warmup_resumes_to_the_same_weights(tmp_path, monkeypatch, _private_cache):
+    settings = dict(env="keys", model="tiny", steps=STEPS, batch_size=4, lr=1e-3, seed=3, save_every=SAVE_EVERY)
+    whole = sft(tmp_path / "whole", **settings)
+
+    real = sft_module.supervised_warmup
+    saves = []
+
+    def interrupted(*args, **kwargs):
+        save = args[8] if len(args) > 8 else kwargs["save"]
+
+        def save_then_stop(state):
+            save(state)
+            saves.append(state.step)
+            if state.step == 2 * SAVE_EVERY:
+                raise KeyboardInterrupt  # as a session's end would, after the second save
+
+        return real(*args[:8], save_then_stop, *args[9:])
+
+    monkeypatch.setattr(sft_module, "supervised_warmup", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sft(tmp_path / "resumed", **settings)
+    assert saves == [SAVE_EVERY, 2 * SAVE_EVERY]
+    assert (tmp_path / "resumed.partial" / "state.pt").is_file() and not (tmp_path / "resumed").exists()
+
+    monkeypatch.setattr(sft_module, "supervised_warmup", real)
+    with pytest.raises(ValueError, match="other settings \\(lr\\)"):
+        sft(tmp_path / "resumed", **{**settings, "lr": 2e-3})
+    resumed = sft(tmp_path / "resumed", **settings)
+    assert resumed.steps == whole.steps and resumed.last_loss == pytest.approx(whole.last_loss, rel=1e-5)
+    assert not (tmp_path / "resumed.partial").exists()
+    whole_weights, resumed_weights = _weights(tmp_path / "whole"), _weights(tmp_path / "resumed")
+    for name, tensor in whole_weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    # and the resumed run did learn: its weights moved from the start
+    start = _weights(sft_module.load_policy("tiny").model.name_or_path)
+    assert any(not torch.equal(start[name], tensor) for name, tensor in resumed_weights.items())
+
+
+def test_hindsight_warmup_needs_recorded_trajectories(tmp_path):
+    with pytest.raises(ValueError, match="needs --data"):
+        sft(tmp_path / "out", env="keys", steps=1, hindsight=True)
