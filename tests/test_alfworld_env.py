@@ -240,6 +240,23 @@ def test_expert_needs_the_move_fix_on_pick_two(root):
     assert outcomes["FixedHandCodedTWAgent"][0] and outcomes["FixedHandCodedTWAgent"][1] < 50
 
 
+def test_an_error_in_the_expert_ends_its_advice_not_the_game(root):
+    """ALFWorld's expert can raise (random.choice over no visible object): the episode goes on."""
+    from hp_agent.envs.alfworld.engine import AlfworldGame, FixedHandCodedTWAgent
+
+    class BrokenExpert(FixedHandCodedTWAgent):
+        def act(self, *args, **kwargs):
+            raise IndexError("Cannot choose from an empty sequence")
+
+    game = AlfworldGame(root / "json_2.1.1" / PICK_TWO_GAME / "game.tw-pddl", expert_class=BrokenExpert)
+    state = game.reset(seed=0)
+    state = game.step("look")
+    assert state.expert_action is None and not state.won
+    assert game.expert_gave_up == "crashed: IndexError: Cannot choose from an empty sequence"
+    assert "go to" in " ".join(game.step("look").admissible_commands)  # the game still answers
+    game.close()
+
+
 # ---- scripted policies ---------------------------------------------------------------------
 # make test replays a type-balanced prefix of each split (task_ids() cycles through the
 # task types); every game (~9 CPU-minutes) is replayed by `make test-exhaustive` in CI.

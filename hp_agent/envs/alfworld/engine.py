@@ -99,7 +99,7 @@ class HandcodedExpert:
       the state did not change, so its last advice still holds, and garbage text (a
       model's unparsable output) cannot corrupt its tracking (``"go to" in last_action``);
     * ``help`` is not among the commands it may fall back to (the policy is not offered it);
-    * when the agent gives up (timeout or no subgoal left) the advice is None and
+    * when the agent gives up (timeout, no subgoal left, or an error in its code) the advice is None and
       :attr:`gave_up` says why, instead of an exception in the middle of an episode.
     """
 
@@ -145,6 +145,10 @@ class HandcodedExpert:
             return None
         except HandCodedAgentFailed:
             self.gave_up = "failed: all subgoals done but the goal is not reached"
+            return None
+        except Exception as error:  # noqa: BLE001 - the expert is advice; its bugs must not end the game
+            # e.g. IndexError from random.choice over no visible object of the goal's class
+            self.gave_up = f"crashed: {type(error).__name__}: {error}"
             return None
         # AlfredExpert's rule: advice that is not admissible becomes "look".
         return action if action in offered else EXPERT_FIRST_ACTION
