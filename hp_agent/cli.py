@@ -175,6 +175,7 @@ def sft(
     env_kwargs: str = typer.Option("{}", help="Env arguments as a YAML mapping, e.g. '{demo_mistakes: 0.5}' (keys, keystep)."),
     hindsight: bool = typer.Option(False, help="With --data: also learn every turn under its privileged block (realized future and outcome), as hindsight scoring shows it."),
     save_every: int = typer.Option(100, help="Save the state to OUT.partial every N steps; the same command continues from there."),
+    expert_data: Optional[Path] = typer.Option(None, help="Also learn the expert's advice in every turn of this DAgger file (`hp-agent data alfworld --dagger`)."),
 ) -> None:
     """Supervised warm-up on an env's demonstrations, so RL starts from a policy whose rewards vary."""
     import torch
@@ -192,7 +193,8 @@ def sft(
         return
     try:
         result = run_sft(out, env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, data=data,
-                         progress=True, env_kwargs=kwargs, hindsight=hindsight, save_every=save_every)
+                         progress=True, env_kwargs=kwargs, hindsight=hindsight, save_every=save_every,
+                         expert_data=expert_data)
     except (FileExistsError, FileNotFoundError, LookupError, NotImplementedError, TypeError, ValueError) as error:
         _fail(str(error))
         return
@@ -214,9 +216,13 @@ def data_alfworld(
     splits: Optional[list[str]] = typer.Option(None, "--split", help="Split to build or play: train, id, ood (repeat the flag; default for --build/--from-alfred: all three, for --demos: train)."),
     count: Optional[int] = typer.Option(None, help="With --build: games per split (default 600 train, 140 id, 134 ood); with --from-alfred: at most this many trials per split, one task type in turn."),
     demos: Optional[Path] = typer.Option(None, help="Write the expert's won episodes here as trajectory JSONL."),
-    source: str = typer.Option("auto", help="With --demos: games to play: auto, official, synth or alfred."),
-    model: str = typer.Option("tiny", help="With --demos: the model whose tokenizer and chat template render the ids."),
-    limit: Optional[int] = typer.Option(None, help="With --demos: only the first N games."),
+    dagger: Optional[Path] = typer.Option(None, help="Write --model's own episodes (sampled at --temperature) here, each turn with the expert's advice for its state: DAgger data for `hp-agent sft --expert-data`."),
+    source: str = typer.Option("auto", help="With --demos/--dagger: games to play: auto, official, synth or alfred."),
+    model: str = typer.Option("tiny", help="With --demos: the model whose tokenizer and chat template render the ids; with --dagger: the model that plays."),
+    limit: Optional[int] = typer.Option(None, help="With --demos/--dagger: only the first N games."),
+    max_steps: int = typer.Option(50, help="With --dagger: steps per episode."),
+    seed: int = typer.Option(0, help="With --dagger: sampling seed."),
+    temperature: float = typer.Option(1.0, help="With --dagger: sampling temperature of the playing model (0: greedy)."),
     workers: int = typer.Option(2, help="Processes building or playing games in parallel."),
 ) -> None:
     """Find, build and show ALFWorld games (source, counts per split and task type); export demonstrations."""
@@ -276,6 +282,28 @@ def data_alfworld(
             _fail(str(error))
             return
         console.print(f"demonstrations: the expert won {won} of {played} {split} games; written to {demos}")
+    if dagger is not None:
+        _write_dagger(dagger, model, build_splits[0] if splits else "train", source, limit, max_steps, seed, temperature)
+
+
+def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | None, max_steps: int, seed: int,
+                  temperature: float) -> None:
+    from hp_agent.policies import SamplingParams, load_policy
+    from hp_agent.sft import play_for_expert_labels
+    from hp_agent.trajectory import write_jsonl
+
+    kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {})}
+    sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
+    try:
+        trajectories = play_for_expert_labels(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed)
+    except (FileNotFoundError, LookupError, ValueError) as error:
+        _fail(str(error))
+        return
+    write_jsonl(out, trajectories)
+    turns = [turn for t in trajectories for turn in t.turns]
+    labelled = sum(turn.expert_action is not None for turn in turns)
+    console.print(f"dagger: {model} won {sum(t.success for t in trajectories)} of {len(trajectories)} {split} games; "
+                  f"{labelled} of {len(turns)} turns carry the expert's advice; written to {out}")
 
 
 def _alfred_folder(path: Path) -> Path:

@@ -134,11 +134,13 @@ def _play_wave(
     resets = pool.reset_many([(slot_of[k], seed + k, {"task_id": e.task_id}) for k, e in enumerate(wave)])
     times.add("time/env_step", time.perf_counter() - started)
     observations: dict[int, str] = {}  # episode index -> observation, for live episodes
+    advice: dict[int, str | None] = {}  # episode index -> the env's expert action there, if any
     for k, (trajectory, result) in enumerate(zip(trajectories, resets)):
         if isinstance(result, EnvError):  # one broken episode must not stop the batch
             _mark_errored(trajectory, result)
             continue
         observations[k], info = result
+        advice[k] = info.get("expert_action")
         trajectory.task_id = info.get("task_id", trajectory.task_id)
         trajectory.task_type = info.get("task_type", "")
     turn_limit = max_turns or pool.max_turns
@@ -155,8 +157,8 @@ def _play_wave(
         generations = policy.generate(prompts, sampling)
         times.add("time/generation", time.perf_counter() - started)
         turns = [
-            Turn(m, prompt_ids, g.token_ids, g.logprobs, policy.decode(g.token_ids))
-            for m, prompt_ids, g in zip(messages, prompts, generations)
+            Turn(m, prompt_ids, g.token_ids, g.logprobs, policy.decode(g.token_ids), expert_action=advice[k])
+            for k, m, prompt_ids, g in zip(live, messages, prompts, generations)
         ]
         started = time.perf_counter()
         steps = pool.step_many([(slot_of[k], turn.action_text) for k, turn in zip(live, turns)])
@@ -171,6 +173,7 @@ def _play_wave(
                 del observations[k]
             else:
                 observations[k] = result[0]
+                advice[k] = result[4].get("expert_action")
     for k in observations:  # cut off by rollout.max_turns before the env ended it
         _cut_off(trajectories[k], turn_limit, pool.reward_bounds[0])
     return trajectories

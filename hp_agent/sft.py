@@ -24,10 +24,10 @@ from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, hindsight_sequences
-from hp_agent.policies import Policy, load_policy
-from hp_agent.rollout import prompt_messages
+from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.rollout import Episode, collect, prompt_messages
 from hp_agent.runs import atomic_write_bytes
-from hp_agent.trajectory import read_jsonl
+from hp_agent.trajectory import Trajectory, read_jsonl
 
 LOG_EVERY = 50  # steps per plain progress line when the output is not a terminal
 
@@ -47,8 +47,7 @@ def demonstration_sequences(policy: Policy, env_name: str, env_kwargs: dict | No
     sequences = []
     for observation, response in env.demonstrations():
         prompt = policy.render(prompt_messages(env, observation))
-        response_ids = policy.tokenizer.encode(response, add_special_tokens=False) + [policy.tokenizer.eos_token_id]
-        sequences.append((prompt + response_ids, len(prompt)))
+        sequences.append((prompt + _response_ids(policy, response), len(prompt)))
     if not sequences:
         raise ValueError(f"env {env_name!r} gave no demonstrations")
     return sequences
@@ -139,6 +138,43 @@ def supervised_warmup(
     return losses
 
 
+def expert_label_sequences(policy: Policy, path: str | Path) -> list[tuple[list[int], int]]:
+    """DAgger: (prompt ids + the expert's advice, advice start) for every distinct turn of
+    ``path`` that recorded one (:attr:`Turn.expert_action`), whatever action was taken
+    there. A policy stuck in a loop sees one prompt many times: it is learnt once."""
+    unique = {
+        (tuple(turn.prompt_ids), turn.expert_action)
+        for trajectory in read_jsonl(path)
+        for turn in trajectory.turns
+        if turn.expert_action
+    }
+    sequences = [(list(prompt) + _response_ids(policy, f"<action>{advice}</action>"), len(prompt))
+                 for prompt, advice in sorted(unique)]
+    if not sequences:
+        raise ValueError(f"{path}: no turn records the expert's advice (write it with `hp-agent data alfworld --dagger`)")
+    return sequences
+
+
+def _response_ids(policy: Policy, response: str) -> list[int]:
+    return policy.tokenizer.encode(response, add_special_tokens=False) + [policy.tokenizer.eos_token_id]
+
+
+def play_for_expert_labels(policy: Policy, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
+                           parallel_envs: int = 32, seed: int = 0) -> list[Trajectory]:
+    """DAgger's data: ``policy`` plays the first ``limit`` tasks once each, and every turn
+    keeps the env's expert advice for the state it was in (see :func:`expert_label_sequences`)."""
+    envs = [make(env_name, **env_kwargs) for _ in range(parallel_envs)]
+    try:
+        task_ids = envs[0].task_ids()[:limit]
+        episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids)]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return collect(policy, envs, env_name, episodes, sampling, seed=seed)
+    finally:
+        for env in envs:
+            env.close()
+
+
 def hindsight_demonstration_sequences(policy: Policy, path: str | Path, options: ScoringOptions) -> list[tuple[list[int], int]]:
     """Every segment of every trajectory in ``path`` with its privileged block, as the
     hindsight scorer renders it: (hindsight prompt + segment ids, segment start)."""
@@ -159,6 +195,7 @@ def sft(
     env_kwargs: dict | None = None,
     hindsight: bool = False,
     save_every: int = 100,
+    expert_data: str | Path | None = None,
 ) -> SFTResult:
     """Warm up ``model`` on ``data`` (trajectory JSONL) or else on ``env``'s train
     demonstrations (``env_kwargs`` for the env, e.g. the toy envs' ``demo_mistakes``),
@@ -166,7 +203,9 @@ def sft(
 
     ``hindsight`` (needs ``data``): also learn every turn under its privileged block, as
     the hindsight scorer shows it (realized future and outcome), so that the model reads
-    the block before RL asks it to. Every ``save_every`` steps the state goes to
+    the block before RL asks it to. ``expert_data``: a DAgger file (``hp-agent data
+    alfworld --dagger``) whose turns are learnt with the expert's advice as the label, on
+    top of ``data`` or the env's demonstrations. Every ``save_every`` steps the state goes to
     ``<out_dir>.partial/``; a call with the same arguments continues from there.
     """
     out_dir = Path(out_dir)
@@ -176,7 +215,8 @@ def sft(
         raise ValueError("hindsight warm-up needs --data: the privileged block is built from recorded trajectories")
     partial = out_dir.with_name(f"{out_dir.name}.partial")
     settings = {"env": env, "model": model, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
-                "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight}
+                "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight,
+                "expert_data": str(expert_data)}
     resume = _load_partial(partial, settings)
     torch.manual_seed(seed)
     policy = load_policy(str(partial / "model") if resume is not None else model)
@@ -186,6 +226,8 @@ def sft(
             sequences += hindsight_demonstration_sequences(policy, data, ScoringOptions())
     else:
         sequences = demonstration_sequences(policy, env, {"split": "train", **(env_kwargs or {})})
+    if expert_data is not None:
+        sequences += expert_label_sequences(policy, expert_data)
 
     def save(state: WarmupState) -> None:
         _save_model(policy, partial / ".model-new", partial / "model")

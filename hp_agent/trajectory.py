@@ -39,6 +39,9 @@ class Turn:
     shaping:         per-turn shaping reward included in ``reward``, negative for a cost
                      (-0.1 for an invalid ALFWorld action); added to the turn's credit.
     invalid:         the action could not be parsed.
+    expert_action:   the env's expert advice for the state this turn was prompted in
+                     (``info["expert_action"]``, ALFWorld's handcoded expert), where the env
+                     gives one: a label for imitation (DAgger), never shown to the policy.
     """
 
     prompt_messages: list[dict[str, str]]
@@ -51,6 +54,7 @@ class Turn:
     reward: float = 0.0
     shaping: float = 0.0
     invalid: bool = False
+    expert_action: str | None = None
 
 
 @dataclass

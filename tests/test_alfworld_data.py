@@ -39,3 +39,33 @@ def test_expert_demonstrations_are_token_in_token_out(tmp_path, tiny_policy):
     assert len(sequences) == sum(len(t.turns) for t in trajectories)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         trajectory_sequences(out, vocab_size=10)
+
+
+def test_dagger_turns_carry_the_experts_advice_for_the_state_they_were_in(tmp_path, tiny_policy):
+    from hp_agent.envs.alfworld.env import AlfworldEnv
+    from hp_agent.policies import SamplingParams
+    from hp_agent.sft import expert_label_sequences, play_for_expert_labels
+    from hp_agent.trajectory import write_jsonl
+
+    kwargs = {"split": "id", "num_games": 2, "max_steps": 4}
+    played = play_for_expert_labels(tiny_policy, "alfworld", kwargs, 2, SamplingParams(max_new_tokens=8), parallel_envs=2)
+    assert len(played) == 2 and all(len(t.turns) == 4 for t in played)
+    # replay each episode's actions: the advice recorded in turn k is the expert's advice
+    # in the state that turn's prompt showed (before its action)
+    env = AlfworldEnv(**kwargs)
+    for k, trajectory in enumerate(played):  # episode k was played with seed k
+        _, info = env.reset(seed=k, options={"task_id": trajectory.task_id})
+        for turn in trajectory.turns:
+            assert turn.expert_action == info["expert_action"] and turn.expert_action
+            _, _, _, _, info = env.step(turn.action_text)
+    env.close()
+    out = tmp_path / "dagger.jsonl"
+    write_jsonl(out, played + played)  # a repeated state is learnt once
+    sequences = expert_label_sequences(tiny_policy, out)
+    assert len(sequences) == len({(tuple(turn.prompt_ids), turn.expert_action) for t in played for turn in t.turns})
+    labels = {tiny_policy.decode(ids[start:]) for ids, start in sequences}
+    assert labels == {f"<action>{turn.expert_action}</action>" for t in played for turn in t.turns}
+    with pytest.raises(ValueError, match="no turn records the expert's advice"):
+        demos = tmp_path / "no-advice.jsonl"
+        write_jsonl(demos, [])
+        expert_label_sequences(tiny_policy, demos)
