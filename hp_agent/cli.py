@@ -176,6 +176,7 @@ def sft(
     hindsight: bool = typer.Option(False, help="With --data: also learn every turn under its privileged block (realized future and outcome), as hindsight scoring shows it."),
     save_every: int = typer.Option(100, help="Save the state to OUT.partial every N steps; the same command continues from there."),
     expert_data: Optional[Path] = typer.Option(None, help="Also learn the expert's advice in every turn of this DAgger file (`hp-agent data alfworld --dagger`)."),
+    prompt_loss: float = typer.Option(0.0, help="Also learn to predict the prompt tokens, with this weight beside the response's loss (0: responses only)."),
 ) -> None:
     """Supervised warm-up on an env's demonstrations, so RL starts from a policy whose rewards vary."""
     import torch
@@ -194,7 +195,7 @@ def sft(
     try:
         result = run_sft(out, env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, data=data,
                          progress=True, env_kwargs=kwargs, hindsight=hindsight, save_every=save_every,
-                         expert_data=expert_data)
+                         expert_data=expert_data, prompt_loss=prompt_loss)
     except (FileExistsError, FileNotFoundError, LookupError, NotImplementedError, TypeError, ValueError) as error:
         _fail(str(error))
         return

@@ -97,8 +97,12 @@ def supervised_warmup(
     resume: WarmupState | None = None,
     save: Callable[[WarmupState], None] | None = None,
     save_every: int = 100,
+    prompt_loss: float = 0.0,
 ) -> list[float]:
     """Train on ``sequences`` for ``steps`` AdamW steps; returns the loss of each step.
+
+    The loss is the mean NLL of the response tokens plus ``prompt_loss`` times that of the
+    prompt tokens (0: responses only).
 
     ``resume`` continues an earlier call (same sequences and settings); ``save`` receives
     the state every ``save_every`` steps, after the weights of that step.
@@ -119,9 +123,7 @@ def supervised_warmup(
         job = bar.add_task("sft", total=steps, completed=len(losses))
         for step in range(len(losses), steps):
             batch = shuffle.sample(sequences, min(batch_size, len(sequences)))
-            hidden = span_hidden_states(policy, [s for s, _ in batch], [(start, len(s)) for s, start in batch], 1 << 20, pad_id)
-            logprobs = torch.cat([chunked_logprobs(h, torch.tensor(s[start:]), policy.project) for h, (s, start) in zip(hidden, batch)])
-            loss = -logprobs.mean()
+            loss = _batch_loss(policy, batch, pad_id, prompt_loss)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
@@ -175,6 +177,23 @@ def play_for_expert_labels(policy: Policy, env_name: str, env_kwargs: dict, limi
             env.close()
 
 
+def _batch_loss(policy: Policy, batch: list[tuple[list[int], int]], pad_id: int, prompt_loss: float) -> torch.Tensor:
+    """Mean response NLL, plus ``prompt_loss`` x mean prompt NLL. Predicting the prompt too
+    (an env's observations, its admissible actions that repeat what was observed) gives
+    a small model many more copying examples per sequence than the response alone."""
+    first = [1 if prompt_loss > 0 else start for _, start in batch]
+    hidden = span_hidden_states(policy, [s for s, _ in batch], [(a, len(s)) for a, (s, _) in zip(first, batch)], 1 << 20, pad_id)
+    response, prompt = [], []
+    for h, a, (s, start) in zip(hidden, first, batch):
+        logprobs = chunked_logprobs(h, torch.tensor(s[a:]), policy.project)
+        prompt.append(logprobs[: start - a])
+        response.append(logprobs[start - a :])
+    loss = -torch.cat(response).mean()
+    if prompt_loss > 0:
+        loss = loss - prompt_loss * torch.cat(prompt).mean()
+    return loss
+
+
 def hindsight_demonstration_sequences(policy: Policy, path: str | Path, options: ScoringOptions) -> list[tuple[list[int], int]]:
     """Every segment of every trajectory in ``path`` with its privileged block, as the
     hindsight scorer renders it: (hindsight prompt + segment ids, segment start)."""
@@ -196,6 +215,7 @@ def sft(
     hindsight: bool = False,
     save_every: int = 100,
     expert_data: str | Path | None = None,
+    prompt_loss: float = 0.0,
 ) -> SFTResult:
     """Warm up ``model`` on ``data`` (trajectory JSONL) or else on ``env``'s train
     demonstrations (``env_kwargs`` for the env, e.g. the toy envs' ``demo_mistakes``),
@@ -205,7 +225,8 @@ def sft(
     the hindsight scorer shows it (realized future and outcome), so that the model reads
     the block before RL asks it to. ``expert_data``: a DAgger file (``hp-agent data
     alfworld --dagger``) whose turns are learnt with the expert's advice as the label, on
-    top of ``data`` or the env's demonstrations. Every ``save_every`` steps the state goes to
+    top of ``data`` or the env's demonstrations. ``prompt_loss``: weight of the prompt
+    tokens' NLL beside the response's (see :func:`supervised_warmup`). Every ``save_every`` steps the state goes to
     ``<out_dir>.partial/``; a call with the same arguments continues from there.
     """
     out_dir = Path(out_dir)
@@ -216,7 +237,7 @@ def sft(
     partial = out_dir.with_name(f"{out_dir.name}.partial")
     settings = {"env": env, "model": model, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
                 "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight,
-                "expert_data": str(expert_data)}
+                "expert_data": str(expert_data), "prompt_loss": prompt_loss}
     resume = _load_partial(partial, settings)
     torch.manual_seed(seed)
     policy = load_policy(str(partial / "model") if resume is not None else model)
@@ -233,7 +254,7 @@ def sft(
         _save_model(policy, partial / ".model-new", partial / "model")
         atomic_write_bytes(partial / "state.pt", _state_bytes({"settings": settings, "state": state}))
 
-    losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress, resume, save, save_every)
+    losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress, resume, save, save_every, prompt_loss)
     _save_model(policy, out_dir.with_name(f".tmp-{out_dir.name}"), out_dir)
     shutil.rmtree(partial, ignore_errors=True)
     return SFTResult(out_dir, steps, len(sequences), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"))

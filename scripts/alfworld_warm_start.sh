@@ -9,33 +9,36 @@
 #   scripts/alfworld_warm_start.sh sft NAME STEPS DATA[,DATA...] [sft flags]
 #   scripts/alfworld_warm_start.sh eval NAME SPLIT [LIMIT]   # greedy, 50 steps (the standard protocol)
 #
-# Everything goes to $ROOT (default runs/warm). One torch thread per process.
+# Everything goes to $ROOT (default runs/warm). One torch thread per process. MODEL
+# (default tiny-alfworld: the tiny model whose tokenizer holds ALFRED's names as single
+# tokens) tokenizes the demonstrations and is where `sft` starts.
 set -euo pipefail
 root=${ROOT:-runs/warm}
 bin=${BIN:-.venv/bin}
+model=${MODEL:-tiny-alfworld}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$root"
 stage=${1:?stage: demos-official, demos-alfred, demos-synth, sft, eval}
 shift
 case "$stage" in
   demos-official)
-    [ -f "$root/demos-official.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-official.jsonl" --source official --workers "${WORKERS:-1}" ;;
+    [ -f "$root/demos-official.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-official.jsonl" --source official --model "$model" --workers "${WORKERS:-1}" ;;
   demos-alfred)
     # ALFRED's train trials rebuilt as games (about 60% kept), then the expert's won episodes.
     "$bin/hp-agent" data alfworld --from-alfred "${ALFRED:-../shared/data/alfred_json_2.1.0_trimmed.tar.gz}" --split train \
       --count "${COUNT:-1500}" --workers "${WORKERS:-1}"
-    [ -f "$root/demos-alfred.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-alfred.jsonl" --source alfred \
+    [ -f "$root/demos-alfred.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-alfred.jsonl" --source alfred --model "$model" \
       --workers "${WORKERS:-1}" ${LIMIT:+--limit "$LIMIT"} ;;
   demos-synth)
     "$bin/hp-agent" data alfworld --build --split train --count "${COUNT:-600}" --workers "${WORKERS:-1}"
-    [ -f "$root/demos-synth.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-synth.jsonl" --source synth --workers "${WORKERS:-1}" ;;
+    [ -f "$root/demos-synth.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-synth.jsonl" --source synth --model "$model" --workers "${WORKERS:-1}" ;;
   sft)
     name=${1:?sft NAME STEPS DATA[,DATA...] [flags]}; steps=${2:?steps}; data=${3:?data files}; shift 3
     if [ ! -f "$root/$name/config.json" ]; then
       merged="$root/$name.data.jsonl"
       # shellcheck disable=SC2046
       cat $(echo "$data" | tr ',' ' ') > "$merged"
-      "$bin/hp-agent" sft --data "$merged" --model "${MODEL:-tiny}" --steps "$steps" --batch-size 16 --out "$root/$name" "$@"
+      "$bin/hp-agent" sft --data "$merged" --model "$model" --steps "$steps" --batch-size 16 --out "$root/$name" "$@"
       rm -f "$merged"
     fi ;;
   eval)

@@ -57,3 +57,17 @@ def test_interrupted_warmup_resumes_to_the_same_weights(tmp_path, monkeypatch, _
 def test_hindsight_warmup_needs_recorded_trajectories(tmp_path):
     with pytest.raises(ValueError, match="needs --data"):
         sft(tmp_path / "out", env="keys", steps=1, hindsight=True)
+
+
+def test_prompt_loss_adds_the_prompt_tokens_nll_with_its_weight(tiny_policy):
+    ids = tiny_policy.tokenizer.encode("You arrive at desk 1. <action>take pen 1 from desk 1</action>")
+    start = 8
+    with torch.no_grad():
+        logprobs = torch.log_softmax(tiny_policy.model(torch.tensor([ids])).logits[0, :-1].float(), -1)
+        chosen = logprobs.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        response_nll, prompt_nll = -chosen[start - 1 :].mean(), -chosen[: start - 1].mean()
+        batch = [(ids, start)]
+        pad = tiny_policy.tokenizer.pad_token_id
+        torch.testing.assert_close(sft_module._batch_loss(tiny_policy, batch, pad, 0.0), response_nll, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(sft_module._batch_loss(tiny_policy, batch, pad, 0.5), response_nll + 0.5 * prompt_nll,
+                                   rtol=1e-4, atol=1e-4)

@@ -235,3 +235,15 @@ def test_resolve_cached_hub_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     (repo / "refs" / "main").write_text("a" * 40)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     assert resolve_model("Qwen/Qwen3-8B") == snapshot
+
+
+def test_alfworld_variant_holds_every_alfred_name_as_one_token(tokenizer) -> None:
+    from hp_agent.envs.alfworld.env import ALFRED_NAMES
+    from hp_agent.policies.resolve import resolve_model
+
+    variant = AutoTokenizer.from_pretrained(resolve_model("tiny-alfworld"))
+    assert all(len(variant.tokenize(f" {name}")) == 1 for name in ALFRED_NAMES)
+    split_by_tiny = [name for name in ALFRED_NAMES if len(tokenizer.tokenize(f" {name}")) > 1]
+    assert len(split_by_tiny) > 20  # the plain tiny tokenizer, unchanged, splits many of them
+    text = "You arrive at countertop 1. <action>take peppershaker 2 from countertop 1</action>"
+    assert variant.decode(variant.encode(text)) == text

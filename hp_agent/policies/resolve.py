@@ -11,7 +11,7 @@ from pathlib import Path
 from huggingface_hub import constants, try_to_load_from_cache
 from huggingface_hub.errors import HFValidationError
 
-from hp_agent.policies.tiny import tiny_model_path
+from hp_agent.policies.tiny import TINY_VARIANTS, tiny_model_path
 
 TINY = "tiny"
 
@@ -54,13 +54,13 @@ def _from_hub_cache(repo_id: str) -> Path:
 def resolve_model(name: str) -> Path:
     """The folder holding model ``name``.
 
-    ``name`` is ``"tiny"`` (the embedded model, built on first use), a local folder with
+    ``name`` is ``"tiny"`` or another embedded variant (``TINY_VARIANTS``, built on first use), a local folder with
     a ``config.json``, or a hub id such as ``"Qwen/Qwen3-8B"`` that must already be in
     the Hugging Face cache. Raises :class:`ModelNotFoundError` when the model cannot be
     found locally and ``ValueError`` for a folder without ``config.json``.
     """
-    if name == TINY:
-        return tiny_model_path()
+    if name in TINY_VARIANTS:
+        return tiny_model_path(name)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

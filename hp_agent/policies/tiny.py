@@ -26,7 +26,15 @@ from hp_agent.envs.base import TextEnv
 # Bump whenever the recipe changes (the corpus, including CORPUS_ENVS' texts, the
 # tokenizer, config or init): cached folders are keyed by it, so a new version rebuilds
 # instead of reusing a stale model.
-TINY_VERSION = "tiny-qwen3-v3"
+TINY_VERSION = "tiny-qwen3-v2"
+
+# Embedded model variants: name -> (cache folder, "module:function" yielding extra corpus
+# texts, or None). ``tiny-alfworld``'s tokenizer also holds every ALFRED object and
+# receptacle name as one token (see docs/results.md for what that did).
+TINY_VARIANTS: dict[str, tuple[str, str | None]] = {
+    "tiny": (TINY_VERSION, None),
+    "tiny-alfworld": ("tiny-alfworld-qwen3-v1", "hp_agent.envs.alfworld.env:vocabulary_texts"),
+}
 
 # Built-in env classes whose texts train the tokenizer. Plugins are left out on purpose:
 # the tiny model must be the same on every machine. Append ALFWorld/code envs here.
@@ -260,14 +268,18 @@ def _env_texts(spec: str) -> Iterator[str]:
     yield from islice(env_class.corpus_texts(), MAX_TEXTS_PER_ENV)
 
 
-def corpus() -> Iterator[str]:
-    """The tokenizer's training texts, in a fixed order: env texts, then generic text."""
+def corpus(extra: str | None = None) -> Iterator[str]:
+    """The tokenizer's training texts, in a fixed order: env texts, the ``extra`` texts
+    (``"module:function"``), then generic text."""
     for spec in CORPUS_ENVS:
         yield from _env_texts(spec)
+    if extra is not None:
+        module_name, _, attr = extra.partition(":")
+        yield from getattr(import_module(module_name), attr)()
     yield GENERIC_TEXT
 
 
-def train_tokenizer() -> PreTrainedTokenizerFast:
+def train_tokenizer(extra: str | None = None) -> PreTrainedTokenizerFast:
     """Train the byte-level BPE tokenizer on :func:`corpus` and wrap it for transformers."""
     tokenizer = Tokenizer(models.BPE())
     # No normalizer: decode(encode(text)) must give back exactly the text, any unicode.
@@ -288,7 +300,7 @@ def train_tokenizer() -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    tokenizer.train_from_iterator(corpus(extra), trainer=trainer)
     tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in (THINK_START, THINK_END)])
     # bos is declared (Qwen3's config names <|endoftext|> as bos) but, as in Qwen3,
     # never prepended: the post-processor adds no tokens.
@@ -337,7 +349,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> Qwen3ForCa
     return model
 
 
-def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: Path, seed: int = 0, extra_corpus: str | None = None) -> Path:
     """Train the tokenizer, build the model and save both into ``out_dir``.
 
     The folder appears atomically: everything is written into a temporary sibling that
@@ -348,7 +360,7 @@ def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        tokenizer = train_tokenizer()
+        tokenizer = train_tokenizer(extra_corpus)
         build_model(tokenizer, seed).save_pretrained(tmp_dir)
         tokenizer.save_pretrained(tmp_dir)
         # mkdtemp (and safetensors) write private modes; a shared cache must be readable.
@@ -365,9 +377,10 @@ def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
-def tiny_model_path() -> Path:
-    """The cached tiny model's folder, built on first use (a few seconds)."""
-    path = cache_root() / TINY_VERSION
+def tiny_model_path(variant: str = "tiny") -> Path:
+    """The cached folder of a :data:`TINY_VARIANTS` model, built on first use (a few seconds)."""
+    folder, extra_corpus = TINY_VARIANTS[variant]
+    path = cache_root() / folder
     if (path / "config.json").is_file():
         return path
-    return build_tiny_model(path)
+    return build_tiny_model(path, extra_corpus=extra_corpus)

@@ -340,7 +340,6 @@ class AlfworldEnv(TextEnv):
         yield TEMPLATE_NO_HISTORY
         yield TEMPLATE
         yield from _EXAMPLE_TEXTS
-        yield from _vocabulary_texts()
 
 
 _EXAMPLE_TEXTS: tuple[str, ...] = (
@@ -377,9 +376,9 @@ winebottle
 _ACTION_VERBS = ("go to", "take", "move", "open", "close", "examine", "use", "heat", "cool", "clean")
 
 
-def _vocabulary_texts() -> Iterator[str]:
+def vocabulary_texts() -> Iterator[str]:
     """Every ALFRED name and admissible-action verb in the forms games print, twice each:
-    BPE then merges each into one token, so the model copies a name as one id."""
+    BPE then merges each into one token (the ``tiny-alfworld`` tokenizer's extra corpus)."""
     for name in ALFRED_NAMES:
         yield f"you see a {name} 1, and a {name} 2. 'take {name} 1 from {name} 2'\n 'go to {name} 1'" * 2
     for verb in _ACTION_VERBS:
