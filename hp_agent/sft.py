@@ -67,10 +67,15 @@ def trajectory_sequences(path: str | Path, vocab_size: int) -> list[tuple[list[i
     ]
     if not sequences:
         raise ValueError(f"{path}: no turns with action tokens to learn from")
+    return _within_vocabulary(path, sequences, vocab_size)
+
+
+def _within_vocabulary(path: str | Path, sequences: list[tuple[list[int], int]], vocab_size: int) -> list[tuple[list[int], int]]:
+    """``sequences``, after checking that a file's stored ids fit the model being warmed up."""
     largest = max(max(ids) for ids, _ in sequences)
     if largest >= vocab_size:
         raise ValueError(f"{path}: token id {largest} is outside the model's vocabulary ({vocab_size}); "
-                         "write the demonstrations with the same --model you warm up")
+                         "write the file with the same --model you warm up")
     return sequences
 
 
@@ -154,7 +159,7 @@ def expert_label_sequences(policy: Policy, path: str | Path) -> list[tuple[list[
                  for prompt, advice in sorted(unique)]
     if not sequences:
         raise ValueError(f"{path}: no turn records the expert's advice (write it with `hp-agent data alfworld --dagger`)")
-    return sequences
+    return _within_vocabulary(path, sequences, policy.model.get_input_embeddings().num_embeddings)
 
 
 def _response_ids(policy: Policy, response: str) -> list[int]:

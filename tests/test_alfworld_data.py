@@ -65,6 +65,10 @@ def test_dagger_turns_carry_the_experts_advice_for_the_state_they_were_in(tmp_pa
     assert len(sequences) == len({(tuple(turn.prompt_ids), turn.expert_action) for t in played for turn in t.turns})
     labels = {tiny_policy.decode(ids[start:]) for ids, start in sequences}
     assert labels == {f"<action>{turn.expert_action}</action>" for t in played for turn in t.turns}
+    played[0].turns[0].prompt_ids[0] = tiny_policy.model.config.vocab_size  # as if tokenized for another model
+    write_jsonl(out, played)
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        expert_label_sequences(tiny_policy, out)
     with pytest.raises(ValueError, match="no turn records the expert's advice"):
         demos = tmp_path / "no-advice.jsonl"
         write_jsonl(demos, [])
