@@ -93,16 +93,28 @@ def eval_command(
     seed: int = typer.Option(0, help="Seed of episode i is seed + i (sampling, random policy, expert tie-breaks)."),
     source: Optional[str] = typer.Option(None, help="ALFWorld games: official (default where found), synth or alfred."),
     max_turns: Optional[int] = typer.Option(None, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),
+    baseline: Optional[Path] = typer.Option(None, help="An earlier evaluation's --output of the same tasks: also print success before and after, with intervals and a one-sided test of the gain."),
 ) -> None:
     """Evaluate a policy (a model, or a scripted ALFWorld policy) on every task of a split."""
     _quiet_libraries()
+    import json
+
     import torch
 
-    from hp_agent.evaluate import evaluate
+    from hp_agent.evaluate import EvalResult, change_lines, evaluate
     from hp_agent.policies import SamplingParams
 
     torch.set_num_threads(int(os.environ.get("HP_AGENT_TORCH_THREADS", "1")))
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy)
+    before = None
+    if baseline is not None:
+        try:
+            before = EvalResult.from_dict(json.loads(baseline.read_text()))
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            _fail(f"--baseline {str(baseline)!r} is not an evaluation written by `hp-agent eval --output`: {error}")
+            return
+        if before.env != env or (split is not None and before.split != split):
+            _fail(f"--baseline {str(baseline)!r} evaluated {before.env}/{before.split}, not {env}/{split or 'its default split'}")
     try:
         result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
                           env_kwargs={"source": source} if source else None, max_turns=max_turns,
@@ -128,6 +140,11 @@ def eval_command(
     console.print(table)
     if output is not None:
         console.print(f"result written to {output}")
+    if before is not None:
+        try:
+            console.print("\n".join(change_lines(before, result)))
+        except ValueError as error:
+            _fail(f"--baseline {str(baseline)!r}: {error}")
 
 
 @app.command()

@@ -5,7 +5,8 @@ method from the same model, seed and prompts per step, stops at 25/50/75/100% of
 steps to evaluate the checkpoint on the env's held-out splits, and writes into ``DIR``:
 
 * ``runs/<method>/``: the trainer's run folders (metrics, grad-norm records, checkpoints);
-* ``evals/<method>/step_<k>/<split>.json``: each evaluation;
+* ``evals/<method>/step_<k>/<split>.json``: each evaluation, and ``evals/start/<split>.json``
+  the starting model's (step 0 of both curves);
 * ``segments.jsonl``: each stretch of training, set-up included: steps, wall and CPU
   seconds (this process and the env workers it waited for);
 * ``summary.json``, ``report.md`` and PNG figures (:mod:`hp_agent.compare_report`).
@@ -88,6 +89,10 @@ class CompareConfig(BaseModel):
     def eval_path(self, method: str, step: int, split: str | None) -> Path:
         return self.out / "evals" / method / f"step_{step:06d}" / f"{split or 'default'}.json"
 
+    def start_eval_path(self, split: str | None) -> Path:
+        """The starting model's evaluation, shared by every method (step 0 of each curve)."""
+        return self.out / "evals" / "start" / f"{split or 'default'}.json"
+
     def train_config(self, method: str, steps: int | None = None) -> TrainConfig:
         """The method's training config: shared overrides, then env, rule, G, run folder (and steps)."""
         fixed = [f"env.name={self.env}", f"algo.name={method}", f"algo.group_size={self.methods[method]}",
@@ -168,18 +173,19 @@ def _train_to(config: CompareConfig, method: str, step: int, progress: bool) -> 
         f.write(json.dumps(record) + "\n")
 
 
-def _evaluate_at(config: CompareConfig, method: str, step: int, progress: bool) -> None:
-    train_config = config.train_config(method)
+def _evaluate_at(config: CompareConfig, method: str | None, step: int, progress: bool) -> None:
+    """Evaluate ``method``'s checkpoint at ``step``; ``method=None``: the starting model."""
+    train_config = config.train_config(method or next(iter(config.methods)))
     sampling = SamplingParams(train_config.rollout.max_new_tokens, train_config.rollout.temperature,
                               greedy=config.eval_greedy)
     for split, samples in config.eval_plan():
-        output = config.eval_path(method, step, split)
+        output = config.eval_path(method, step, split) if method else config.start_eval_path(split)
         if output.is_file():
             continue
-        checkpoint = checkpoint_dir(config.run_dir(method), step) / "model"
-        if not checkpoint.is_dir():
-            raise FileNotFoundError(f"no checkpoint of {method} at step {step} ({checkpoint}) to evaluate")
-        evaluate(env=config.env, model=str(checkpoint), split=split, samples=samples, limit=config.eval_limit,
+        model = str(checkpoint_dir(config.run_dir(method), step) / "model") if method else train_config.model.name
+        if method and not Path(model).is_dir():
+            raise FileNotFoundError(f"no checkpoint of {method} at step {step} ({model}) to evaluate")
+        evaluate(env=config.env, model=model, split=split, samples=samples, limit=config.eval_limit,
                  env_kwargs=_eval_env_kwargs(train_config), sampling=sampling, seed=train_config.trainer.seed,
                  max_turns=config.eval_max_turns, output=output, progress=progress)
 
@@ -200,6 +206,7 @@ def run_compare(config: CompareConfig, progress: bool = True) -> dict[str, Any]:
 
     config.out.mkdir(parents=True, exist_ok=True)
     _check_settings(config)
+    _evaluate_at(config, None, 0, progress)
     for point in config.eval_points():
         for method in config.methods:  # interleaved: an interrupted comparison has both curves so far
             _train_to(config, method, point, progress)
@@ -208,6 +215,12 @@ def run_compare(config: CompareConfig, progress: bool = True) -> dict[str, Any]:
     atomic_write_text(config.out / "summary.json", json.dumps(summary, indent=1))
     write_report(config, summary)
     return summary
+
+
+def read_start_evaluation(config: CompareConfig) -> dict[str, EvalResult]:
+    """Split -> result of the starting model, as far as it is on disk."""
+    paths = {split or "default": config.start_eval_path(split) for split, _ in config.eval_plan()}
+    return {split: EvalResult.from_dict(json.loads(path.read_text())) for split, path in paths.items() if path.is_file()}
 
 
 def read_evaluations(config: CompareConfig, method: str) -> dict[int, dict[str, EvalResult]]:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hp_agent.compare import CompareConfig, read_evaluations
+from hp_agent.compare import CompareConfig, read_evaluations, read_start_evaluation
 from hp_agent.runs import atomic_write_text, read_jsonl_records
 
 # Table 2's phases: (name in the paper, the trainer's timer).
@@ -82,7 +82,8 @@ def summarize_method(config: CompareConfig, method: str) -> dict[str, Any]:
 def summarize(config: CompareConfig) -> dict[str, Any]:
     methods = {method: summarize_method(config, method) for method in config.methods}
     summary: dict[str, Any] = {"env": config.env, "steps": config.steps, "eval_points": config.eval_points(),
-                               "overrides": config.overrides, "methods": methods}
+                               "overrides": config.overrides, "start": _scores(read_start_evaluation(config)),
+                               "methods": methods}
     if {"hp-rlvr", "grpo"} <= methods.keys() and methods["hp-rlvr"]["wall_s"] > 0:
         hp, grpo = methods["hp-rlvr"], methods["grpo"]
         summary["grpo_over_hp_rlvr"] = {
@@ -129,16 +130,20 @@ def report_markdown(config: CompareConfig, summary: dict[str, Any]) -> str:
             cells.append(f"{seconds:.1f} ({_percent(seconds / whole) if whole else '-'})")
         lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     metrics = list(dict.fromkeys(name for m in methods.values() for name in m["best"]))
+    start = summary.get("start", {})
     lines += ["", "## Table 3: best score over the evaluations (95% interval)", "",
-              "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+              "| metric | start | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for metric in metrics:
-        lines.append(f"| {metric} | " + " | ".join(_score_cell(m["best"].get(metric)) for m in methods.values()) + " |")
+        cells = [_score_cell(start.get(metric))] + [_score_cell(m["best"].get(metric)) for m in methods.values()]
+        lines.append(f"| {metric} | " + " | ".join(cells) + " |")
     lines += ["", "## Table 5: zero-gradient records", "", "| method | zero-gradient | all records | fraction |", "|---|---|---|---|"]
     for name, m in methods.items():
         fraction = m["zero_grad_records"] / m["grad_records"] if m["grad_records"] else None
         lines.append(f"| {name} | {m['zero_grad_records']} | {m['grad_records']} | {_percent(fraction)} |")
     lines += ["", "## Every evaluation", "", "| method | step | training wall time (s) | " + " | ".join(metrics) + " |",
               "|---|---|---|" + "---|" * len(metrics)]
+    if start:
+        lines.append("| start | 0 | 0.0 | " + " | ".join(_score_cell(start.get(metric)) for metric in metrics) + " |")
     for name, m in methods.items():
         for evaluation in m["evaluations"]:
             cells = [_score_cell(evaluation["scores"].get(metric)) for metric in metrics]
@@ -160,7 +165,8 @@ def write_figures(config: CompareConfig, summary: dict[str, Any]) -> list[Path]:
     figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(4.5 * max(len(metrics), 1), 3.6), squeeze=False)
     for axis, metric in zip(axes[0], metrics):
         for name, m in methods.items():
-            points = [(e["train_wall_s"], e["scores"][metric]["value"]) for e in m["evaluations"] if metric in e["scores"]]
+            points = [(0.0, summary["start"][metric]["value"])] if metric in summary.get("start", {}) else []
+            points += [(e["train_wall_s"], e["scores"][metric]["value"]) for e in m["evaluations"] if metric in e["scores"]]
             if points:
                 axis.plot(*zip(*points), marker="o", label=name)
         axis.set(title=metric, xlabel="training wall time (s)", ylabel="score", ylim=(0, 1))

@@ -61,6 +61,10 @@ class AlgoConfig(_Section):
     group_size: int | None = Field(None, ge=1, description="Rollouts per prompt G; default: the rule's (1 for hp-rlvr, 8 for grpo).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower PPO clip: ratio floor 1 - clip_eps_low.")
     clip_eps_high: float = Field(0.28, ge=0.0, description="Upper PPO clip: ratio ceiling 1 + clip_eps_high.")
+    clip_ratio_c: float | None = Field(
+        3.0, gt=1.0,
+        description="Dual clip: a negative-credit token's ratio counts at most this much (verl's clip_ratio_c); null: off.",
+    )
     grpo_scale_by_std: bool = Field(True, description="GRPO: divide the group-centered reward by the group std.")
     grpo_eps: float = Field(1e-6, gt=0.0, description="GRPO: added to the group std before dividing.")
 

@@ -48,6 +48,26 @@ def wilson_interval(successes: float, trials: int, z: float = 1.96) -> tuple[flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def improvement_p_value(before_successes: int, before_n: int, after_successes: int, after_n: int) -> float:
+    """One-sided p-value of "the after-rate is no higher than the before-rate".
+
+    A two-proportion z-test with pooled variance. Two evaluations of the same tasks with
+    the same seeds are positively correlated, so this unpaired test errs towards "no
+    change". Equal rates of 0 or 1 carry no evidence of a change: p = 1.
+
+    >>> round(improvement_p_value(100, 250, 200, 250), 12), improvement_p_value(0, 10, 0, 10)
+    (0.0, 1.0)
+    """
+    if min(before_n, after_n) < 1:
+        raise ValueError("each evaluation needs at least one episode")
+    pooled = (before_successes + after_successes) / (before_n + after_n)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / before_n + 1 / after_n))
+    if se == 0:
+        return 1.0
+    z = (after_successes / after_n - before_successes / before_n) / se
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
 @dataclass
 class EvalResult:
     """Scores of one split. ``avg_at_k``: mean success over all samples; ``pass_at_k``:
@@ -70,6 +90,14 @@ class EvalResult:
     policy: str = ""
     per_task_type_tasks: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def episodes(self) -> int:
+        return self.tasks * self.samples
+
+    @property
+    def successes(self) -> int:
+        return round(self.avg_at_k * self.episodes)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
@@ -77,6 +105,25 @@ class EvalResult:
     def from_dict(cls, data: dict) -> EvalResult:
         """The result :meth:`to_json` wrote."""
         return cls(**{**data, "success_ci95": tuple(data["success_ci95"])})
+
+
+def change_lines(before: EvalResult, after: EvalResult, alpha: float = 0.01) -> list[str]:
+    """Before/after success over all episodes with 95% intervals, and whether the gain
+    is beyond evaluation noise (``improvement_p_value`` < ``alpha``)."""
+    for key in ("env", "split", "tasks", "samples"):
+        if getattr(before, key) != getattr(after, key):
+            raise ValueError(f"the baseline's {key} is {getattr(before, key)!r}, this evaluation's "
+                             f"{getattr(after, key)!r}: compare evaluations of the same tasks")
+    lines = []
+    for label, result in (("before", before), ("after", after)):
+        low, high = wilson_interval(result.successes, result.episodes)
+        lines.append(f"success {label}: {result.successes}/{result.episodes} = {100 * result.avg_at_k:.1f}% "
+                     f"[{100 * low:.1f}%, {100 * high:.1f}%]")
+    p_value = improvement_p_value(before.successes, before.episodes, after.successes, after.episodes)
+    verdict = "an improvement beyond evaluation noise" if p_value < alpha else f"no improvement beyond noise (p >= {alpha})"
+    lines.append(f"change: {100 * (after.avg_at_k - before.avg_at_k):+.1f} points; one-sided p = {p_value:.2g} "
+                 f"(two-proportion z-test): {verdict}")
+    return lines
 
 
 def _type_order(task_type: str) -> tuple[int, str]:

@@ -22,7 +22,7 @@ from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
 from hp_agent.envs.vector import EnvPool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
-from hp_agent.learner import Learner, StepRecord, TrainingSample
+from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.rollout import Episode, PhaseTimes, collect
 from hp_agent.runs import JsonlLog, MetricsWriter, latest_checkpoint, load_checkpoint_state, save_checkpoint
@@ -195,6 +195,7 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         lr=config.learner.lr,
         clip_eps_low=config.algo.clip_eps_low,
         clip_eps_high=config.algo.clip_eps_high,
+        clip_ratio_c=config.algo.clip_ratio_c,
         temperature=config.rollout.temperature,
         max_grad_norm=config.learner.max_grad_norm,
         micro_batch_tokens=config.learner.micro_batch_tokens,
@@ -324,8 +325,7 @@ def _account_grad_records(
                 f"step {step}: the loss or gradient was not finite in {max_nonfinite} optimizer steps in a row; "
                 "lower learner.lr or check the model's dtype (float32 on CPU)"
             )
-        for key, value in record.metrics.items():
-            metrics[key] = metrics.get(key, 0.0) + value / len(records)
+        add_metrics(metrics, record.metrics, 1 / len(records))
     if records:
         metrics["loss/policy"] = sum(r.loss for r in records) / len(records)
         metrics["train/grad_norm"] = sum(r.grad_norm for r in records) / len(records)

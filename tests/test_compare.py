@@ -86,9 +86,15 @@ def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkey
     assert [e["step"] for e in hp["evaluations"]] == [1, 2]
     assert hp["evaluations"][0]["train_wall_s"] < hp["evaluations"][1]["train_wall_s"]
     assert set(hp["best"]) == {"test success"}
+    # The starting model is evaluated once, with the same tasks, for both curves' step 0.
+    assert calls[0] == (None, 0)
+    start = json.loads((out / "evals" / "start" / "test.json").read_text())
+    assert start["tasks"] == 12 and start["policy"] == settings(out).train_config("grpo").model.name
+    assert summary["start"]["test success"]["value"] == pytest.approx(start["avg_at_k"])
 
     report = (out / "report.md").read_text()
-    for heading in ("Table 1", "Table 2", "Table 3", "Table 5", "Every evaluation"):
+    for heading in ("Table 1", "Table 2", "Table 3", "Table 5", "Every evaluation", "| metric | start | hp-rlvr | grpo |",
+                    "| start | 0 | 0.0 |"):
         assert heading in report
     for figure in ("score_vs_time.png", "zero_grad.png", "phases.png"):
         assert (out / figure).read_bytes().startswith(b"\x89PNG")

@@ -74,6 +74,24 @@ def test_clipped_loss_hand_values():
     assert metrics["loss/clip_fraction"] == pytest.approx(2 / 3)
 
 
+def test_dual_clip_bounds_negative_credit_only():
+    """A negative-credit token whose ratio passed C keeps the term C * c and no gradient;
+    below C, and for positive credit, the loss is the plain clipped one."""
+    old = torch.zeros(4)
+    ratios = torch.tensor([5.0, 2.0, 5.0, 0.5])
+    credit = torch.tensor([-1.0, -1.0, 1.0, -1.0])
+    logprobs = torch.log(ratios).requires_grad_()
+    loss, metrics = clipped_policy_loss(logprobs, old, credit, torch.ones(4), 0.2, 0.28, clip_ratio_c=3.0)
+    # -3 (dual clip), -2 (unclipped: min(-2, -1.28)), min(5, 1.28) = 1.28, min(-0.5, -0.8) = -0.8
+    assert loss.item() == pytest.approx(-(-3.0 - 2.0 + 1.28 - 0.8) / 4)
+    assert metrics["loss/ratio_max"] == pytest.approx(5.0)
+    loss.backward()
+    assert logprobs.grad[0] == 0 and logprobs.grad[2] == 0  # dual-clipped, upper-clipped
+    assert logprobs.grad[1] > 0  # lowering a negative-credit token's probability lowers the loss
+    plain, _ = clipped_policy_loss(torch.log(ratios), old, credit, torch.ones(4), 0.2, 0.28, clip_ratio_c=None)
+    assert plain.item() == pytest.approx(-(-5.0 - 2.0 + 1.28 - 0.8) / 4)
+
+
 def test_zero_credit_gives_an_exact_zero_gradient(policy):
     trajectories = _rollouts(policy, tasks=2, group=4)
     for trajectory in trajectories:  # every member of each group failed alike

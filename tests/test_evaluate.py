@@ -1,0 +1,52 @@
+"""Before/after comparison of evaluations: the one-sided test and what `eval --baseline` prints."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hp_agent.evaluate import EvalResult, change_lines, improvement_p_value
+
+
+def _result(successes: int, tasks: int, samples: int = 1, split: str = "test") -> EvalResult:
+    rate = successes / (tasks * samples)
+    return EvalResult(env="keys", split=split, tasks=tasks, samples=samples, avg_at_k=rate, pass_at_k=rate,
+                      success_ci95=(0.0, 1.0), mean_reward=rate, invalid_fraction=0.0,
+                      mean_turns=2.0)
+
+
+def test_p_value_falls_as_the_gain_grows_and_a_drop_is_no_gain() -> None:
+    p_values = [improvement_p_value(100, 250, after, 250) for after in (90, 100, 110, 125, 150, 200)]
+    assert all(a > b for a, b in zip(p_values, p_values[1:]))
+    assert p_values[0] > 0.5 and p_values[1] == pytest.approx(0.5)
+    assert p_values[3] < 0.05 < p_values[2] and p_values[-1] < 1e-12
+    # Swapping the two evaluations turns a gain into a drop: p and 1 - p.
+    assert improvement_p_value(150, 250, 100, 250) == pytest.approx(1 - p_values[4])
+
+
+def test_p_value_matches_the_z_statistic_and_needs_episodes() -> None:
+    # 40% -> 60% of 100 each: pooled 0.5, se = sqrt(0.25 * 0.02) = 0.0707, z = 2.828.
+    assert improvement_p_value(40, 100, 60, 100) == pytest.approx(0.5 * math.erfc(2.8284 / math.sqrt(2)), rel=1e-3)
+    assert improvement_p_value(0, 50, 0, 50) == 1.0 and improvement_p_value(50, 50, 50, 50) == 1.0
+    with pytest.raises(ValueError, match="at least one episode"):
+        improvement_p_value(0, 0, 1, 1)
+
+
+def test_change_lines_count_all_samples_and_give_the_verdict() -> None:
+    before, after = _result(50, 100, samples=2), _result(150, 100, samples=2)
+    lines = change_lines(before, after)
+    assert lines[0].startswith("success before: 50/200 = 25.0% [")
+    assert lines[1].startswith("success after: 150/200 = 75.0% [")
+    assert "+50.0 points" in lines[2] and "beyond evaluation noise" in lines[2]
+    same = change_lines(before, _result(52, 100, samples=2))
+    assert "no improvement beyond noise" in same[2]
+    worse = change_lines(after, before)
+    assert "-50.0 points" in worse[2] and "no improvement" in worse[2]
+
+
+def test_change_lines_refuse_different_tasks() -> None:
+    with pytest.raises(ValueError, match="tasks is 100.*80"):
+        change_lines(_result(50, 100), _result(40, 80))
+    with pytest.raises(ValueError, match="split is 'test'.*'train'"):
+        change_lines(_result(50, 100), _result(50, 100, split="train"))
