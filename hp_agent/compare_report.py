@@ -6,7 +6,7 @@ the run) and CPU time its per-step CPU time (``cpu/step_s``: the trainer process
 env workers); set-up and evaluation are excluded from both (``segments.jsonl`` has the
 whole stretches). A zero-gradient record is an optimizer step whose gradient norm was exactly 0
 (the trainer's ``grad_norms.jsonl``). Avg@k is the mean success over k samples per task
-(the unbiased Pass@1); the interval is the Wilson 95% interval of the first samples.
+(the unbiased Pass@1); the interval is its Wilson 95% interval counting tasks as the trials.
 """
 
 from __future__ import annotations

@@ -109,17 +109,18 @@ class EvalResult:
 
 def change_lines(before: EvalResult, after: EvalResult, alpha: float = 0.01) -> list[str]:
     """Before/after success over all episodes with 95% intervals, and whether the gain
-    is beyond evaluation noise (``improvement_p_value`` < ``alpha``)."""
+    is beyond evaluation noise (``improvement_p_value`` < ``alpha``). Like the intervals,
+    the test counts tasks as the trials: several samples of one task are correlated."""
     for key in ("env", "split", "tasks", "samples"):
         if getattr(before, key) != getattr(after, key):
             raise ValueError(f"the baseline's {key} is {getattr(before, key)!r}, this evaluation's "
                              f"{getattr(after, key)!r}: compare evaluations of the same tasks")
     lines = []
     for label, result in (("before", before), ("after", after)):
-        low, high = wilson_interval(result.successes, result.episodes)
+        low, high = result.success_ci95
         lines.append(f"success {label}: {result.successes}/{result.episodes} = {100 * result.avg_at_k:.1f}% "
                      f"[{100 * low:.1f}%, {100 * high:.1f}%]")
-    p_value = improvement_p_value(before.successes, before.episodes, after.successes, after.episodes)
+    p_value = improvement_p_value(before.avg_at_k * before.tasks, before.tasks, after.avg_at_k * after.tasks, after.tasks)
     verdict = "an improvement beyond evaluation noise" if p_value < alpha else f"no improvement beyond noise (p >= {alpha})"
     lines.append(f"change: {100 * (after.avg_at_k - before.avg_at_k):+.1f} points; one-sided p = {p_value:.2g} "
                  f"(two-proportion z-test): {verdict}")
@@ -144,16 +145,18 @@ def score(trajectories: list[Trajectory], env: str, split: str, samples: int, po
         type_tasks[group[0].task_type] += 1
     successes = [float(t.success) for t in trajectories]
     turns = [turn for t in trajectories for turn in t.turns]
-    first_sample_successes = sum(float(group[0].success) for group in by_task.values())
     types = sorted(type_success, key=_type_order)
+    avg_at_k = sum(successes) / max(len(successes), 1)
     return EvalResult(
         env=env,
         split=str(split),
         tasks=len(by_task),
         samples=samples,
-        avg_at_k=sum(successes) / max(len(successes), 1),
+        avg_at_k=avg_at_k,
         pass_at_k=sum(pass_at_k(len(g), sum(t.success for t in g), min(samples, len(g))) for g in by_task.values()) / max(len(by_task), 1),
-        success_ci95=wilson_interval(first_sample_successes, len(by_task)),
+        # Samples of one task are correlated: the interval counts tasks, not episodes
+        # (exact for k = 1, conservative for k > 1).
+        success_ci95=wilson_interval(avg_at_k * len(by_task), len(by_task)),
         mean_reward=sum(t.reward for t in trajectories) / max(len(trajectories), 1),
         invalid_fraction=sum(turn.invalid for turn in turns) / max(len(turns), 1),
         mean_turns=len(turns) / max(len(trajectories), 1),

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from hp_agent.evaluate import EvalResult, change_lines, improvement_p_value
+from hp_agent.evaluate import EvalResult, change_lines, improvement_p_value, wilson_interval
 
 
 def _result(successes: int, tasks: int, samples: int = 1, split: str = "test") -> EvalResult:
     rate = successes / (tasks * samples)
     return EvalResult(env="keys", split=split, tasks=tasks, samples=samples, avg_at_k=rate, pass_at_k=rate,
-                      success_ci95=(0.0, 1.0), mean_reward=rate, invalid_fraction=0.0,
+                      success_ci95=wilson_interval(rate * tasks, tasks), mean_reward=rate, invalid_fraction=0.0,
                       mean_turns=2.0)
 
 
