@@ -82,6 +82,7 @@ bench: install
 	$(BIN)/python bench/train_step.py --max-new-tokens 128 --prompts 2
 	$(BIN)/python bench/env_workers.py --env alfworld --env-kwargs '{"split": "id"}' --num-envs 8 --rounds 20 --repeats 2
 	$(BIN)/python bench/code_verify.py
+	$(BIN)/python bench/model_size.py --repeats 2
 
 bench-vllm:
 	bash scripts/setup_vllm_env.sh
