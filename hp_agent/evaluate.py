@@ -219,9 +219,13 @@ def evaluate(
         label = type(policy).__name__ if policy is not None else str(model or "tiny")
         policy = policy if policy is not None else load_policy(model or "tiny")
         envs = [make(env, **kwargs) for _ in range(parallel_envs)]
-        task_ids = envs[0].task_ids()[:limit] if limit else envs[0].task_ids()
-        trajectories = _play_model(policy, envs, env, split, task_ids, samples, sampling, parallel_envs, seed, progress,
-                                   max_turns)
+        try:
+            task_ids = envs[0].task_ids()[:limit] if limit else envs[0].task_ids()
+            trajectories = _play_model(policy, envs, env, split, task_ids, samples, sampling, parallel_envs, seed,
+                                       progress, max_turns)
+        finally:
+            for instance in envs:
+                instance.close()
     result = score(trajectories, env, str(split), samples, policy=label)
     if output is not None:
         atomic_write_text(Path(output), result.to_json())

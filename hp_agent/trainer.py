@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import resource
 import time
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,21 +168,27 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         if (run_dir / "config.yaml").exists():
             raise FileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
+    # Env workers and log files are closed however the run ends (an error mid-step too).
+    with ExitStack() as resources:
+        return _train(config, run_dir, checkpoint, resume is not None, progress, resources)
 
+
+def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming: bool, progress: bool,
+           resources: ExitStack) -> RunSummary:
     # --- seeding and set-up ---------------------------------------------------------
     torch.set_num_threads(config.trainer.torch_threads)
     random.seed(config.trainer.seed)
     np.random.seed(config.trainer.seed)
     torch.manual_seed(config.trainer.seed)
     group_size = config.algo.rollouts_per_prompt
-    envs = EnvPool(
+    envs = resources.enter_context(EnvPool(
         config.env.name,
         num_envs=config.trainer.prompts_per_step * group_size,
         num_workers=config.env.num_workers,
         env_kwargs=config.env.kwargs,
         step_timeout=config.env.step_timeout,
         reset_timeout=config.env.reset_timeout,
-    )
+    ))
     model_name = str(checkpoint / "model") if checkpoint else config.model.name
     policy = load_policy(model_name, config.model.dtype, config.model.device, config.model.enable_thinking,
                          backend=config.model.backend, prefix_cache_tokens=config.model.prefix_cache_tokens)
@@ -222,10 +229,11 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
         sampler.epoch, sampler.position = state["sampler"]
         _set_rng_state(state["rng"])
         start_step, totals = state["step"], state["totals"]
-    metrics_log = MetricsWriter(run_dir, resume_step=start_step if resume is not None else None)
-    grad_log = JsonlLog(run_dir / "grad_norms.jsonl", resume_step=start_step if resume is not None else None)
+    resume_step = start_step if resuming else None
+    metrics_log = resources.enter_context(closing(MetricsWriter(run_dir, resume_step=resume_step)))
+    grad_log = resources.enter_context(closing(JsonlLog(run_dir / "grad_norms.jsonl", resume_step=resume_step)))
     trajectory_log = (
-        JsonlLog(run_dir / "trajectories.jsonl", resume_step=start_step if resume is not None else None)
+        resources.enter_context(closing(JsonlLog(run_dir / "trajectories.jsonl", resume_step=resume_step)))
         if config.trainer.save_trajectories
         else None
     )
@@ -294,11 +302,6 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
                     run_dir, step + 1, policy.model, policy.tokenizer, learner.optimizer, state, config.trainer.keep_checkpoints
                 )
             bar.update(job, advance=1, description=f"reward {metrics['rollout/reward_mean']:.3f}  {total:.1f}s/step")
-    envs.close()
-    metrics_log.close()
-    grad_log.close()
-    if trajectory_log is not None:
-        trajectory_log.close()
     summary.zero_grad_records, summary.grad_records = totals["zero_grad_records"], totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)
     return summary

@@ -118,3 +118,26 @@ def test_cli_errors_are_clear(tmp_path):
     out = run("sft", "--env", "keystep", "--out", str(tmp_path / "warm"), "--env-kwargs", "{bogus: 1}")
     assert out.returncode == 2 and "unexpected keyword argument 'bogus'" in out.stdout
     assert not (tmp_path / "warm").exists()
+
+
+def test_a_run_that_fails_mid_step_leaves_no_worker_process(tmp_path):
+    """Env workers and log files are closed when a step raises, not only at the end."""
+    import multiprocessing
+
+    from hp_agent.credit import CREDIT_RULES, register_credit
+
+    def failing_rule(batch, options):
+        raise RuntimeError("credit rule failed on purpose")
+
+    register_credit("fails-mid-step")(failing_rule)
+    config = _config(tmp_path, "hp-rlvr", steps=2)
+    config["algo"]["name"] = "fails-mid-step"
+    config["env"]["num_workers"] = 2
+    before = set(multiprocessing.active_children())
+    try:
+        with pytest.raises(RuntimeError, match="on purpose"):
+            hp_agent.train(config, progress=False)
+    finally:
+        CREDIT_RULES.pop("fails-mid-step")
+    assert set(multiprocessing.active_children()) - before == set()
+    assert (tmp_path / "hp-rlvr" / "config.yaml").is_file()  # the folder was made, then the step failed
