@@ -326,7 +326,8 @@ def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | N
 
 def _alfred_folder(path: Path) -> Path:
     """ALFRED's json_2.1.0 folder; a tarball is unpacked once into the hp_agent cache."""
-    from hp_agent.envs.alfworld.data import cache_root, unpack_once
+    from hp_agent.envs.alfworld.data import unpack_once
+    from hp_agent.paths import cache_root
 
     if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
         return unpack_once(path, cache_root() / "alfred_json_2.1.0", "json_2.1.0", "valid_seen")

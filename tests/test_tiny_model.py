@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
+from hp_agent.paths import cache_root
 from hp_agent.policies import tiny
 from hp_agent.policies.resolve import ModelNotFoundError, resolve_model
 
@@ -62,7 +63,9 @@ def test_cached_under_versioned_folder(cache_dir: Path, model_dir: Path) -> None
 def test_cache_root_defaults_to_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HP_AGENT_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert tiny.cache_root() == tmp_path / ".cache" / "hp_agent"
+    assert cache_root() == tmp_path / ".cache" / "hp_agent"
+    monkeypatch.setenv("HP_AGENT_CACHE", str(tmp_path / "elsewhere"))
+    assert cache_root() == tmp_path / "elsewhere"  # one cache for models, games and translations
 
 
 def test_is_a_small_float32_qwen3(model_dir: Path, model) -> None:

@@ -9,7 +9,6 @@ and ``AutoModelForCausalLM.from_pretrained``.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from hp_agent.envs.base import TextEnv
+from hp_agent.paths import cache_root
 
 # Bump whenever the recipe changes (the corpus, including CORPUS_ENVS' texts, the
 # tokenizer, config or init): cached folders are keyed by it, so a new version rebuilds
@@ -251,12 +251,6 @@ SELECT name, COUNT(*) FROM users WHERE age >= 18 GROUP BY name ORDER BY name;
 |--------|-------|
 | a      | 1     |
 """
-
-
-def cache_root() -> Path:
-    """Where built models are cached: ``$HP_AGENT_CACHE`` or ``~/.cache/hp_agent``."""
-    env = os.environ.get("HP_AGENT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "hp_agent"
 
 
 def _env_texts(spec: str) -> Iterator[str]:

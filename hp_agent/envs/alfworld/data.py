@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import hp_agent
+from hp_agent.paths import cache_root
 
 JSON_FOLDER = "json_2.1.1"
 TARBALL_NAME = "alfworld_json_2.1.1_official.tar.gz"
@@ -83,12 +84,6 @@ def shared_dir() -> Path:
     if override:
         return Path(override).expanduser()
     return Path(hp_agent.__file__).resolve().parents[1].parent / "shared"
-
-
-def cache_root() -> Path:
-    """hp_agent's cache: ``$HP_AGENT_CACHE`` or ``~/.cache/hp_agent``."""
-    override = os.environ.get("HP_AGENT_CACHE")
-    return Path(override).expanduser() if override else Path.home() / ".cache" / "hp_agent"
 
 
 def shared_tarball() -> Path:

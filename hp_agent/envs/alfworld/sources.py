@@ -27,11 +27,11 @@ from pathlib import Path
 from hp_agent.envs.alfworld.data import (
     JSON_FOLDER,
     AlfworldDataError,
-    cache_root,
     find_data_root,
     missing_data_message,
     require_data_root,
 )
+from hp_agent.paths import cache_root
 
 SOURCES = ("auto", "official", "synth", "alfred")
 MANIFEST = "builds.json"  # per split folder: the game count last asked of the builder

@@ -47,7 +47,7 @@ import textworld.envs.pddl.logic as pddl_logic
 import textworld.envs.pddl.textgen as textgen
 import textworld.logic as tw_logic
 
-from hp_agent.envs.alfworld.data import cache_root
+from hp_agent.paths import cache_root
 from hp_agent.runs import atomic_write_bytes
 
 log = logging.getLogger(__name__)
