@@ -22,6 +22,7 @@ keys and values from the policy's prefix cache instead of running them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +31,9 @@ from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
 from hp_agent.packing import packed_span_hidden_states
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Segment, Trajectory, segments
+
+if TYPE_CHECKING:
+    from hp_agent.config import TrainConfig
 
 BLOCK_HEADER = "[Hindsight: privileged information, shown only for scoring]"
 
@@ -123,6 +127,15 @@ class ScoringOptions:
     batch_tokens: int = 8192
     packed: bool = True
     compile_jsd: bool = False
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> ScoringOptions:
+        """A training run's options: its ``hindsight`` section, at its rollout temperature."""
+        section = config.hindsight
+        return cls(future_turns=section.future_turns, max_block_tokens=section.max_block_tokens,
+                   max_segment_tokens=section.max_segment_tokens, temperature=config.rollout.temperature,
+                   jsd_chunk_tokens=section.jsd_chunk_tokens, batch_tokens=section.score_batch_tokens,
+                   packed=section.packed)
 
 
 def _hidden_states(

@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from hp_agent.batching import span_hidden_states, token_budget_batches
 from hp_agent.credit import chunked_logprobs
 from hp_agent.policies import Policy
+
+if TYPE_CHECKING:
+    from hp_agent.config import TrainConfig
 
 
 def clipped_policy_loss(
@@ -133,6 +137,15 @@ class Learner:
         self.micro_batch_tokens = micro_batch_tokens
         self.mini_batch_size = mini_batch_size
         self.pad_id = policy.tokenizer.pad_token_id or 0
+
+    @classmethod
+    def from_config(cls, policy: Policy, config: TrainConfig) -> Learner:
+        """The learner a training run's ``learner`` and ``algo`` sections describe."""
+        section = config.learner
+        return cls(policy, lr=section.lr, clip_eps_low=config.algo.clip_eps_low, clip_eps_high=config.algo.clip_eps_high,
+                   clip_ratio_c=config.algo.clip_ratio_c, temperature=config.rollout.temperature,
+                   max_grad_norm=section.max_grad_norm, micro_batch_tokens=section.micro_batch_tokens,
+                   mini_batch_size=section.mini_batch_size, weight_decay=section.weight_decay, betas=section.betas)
 
     def _project(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.policy.project(hidden) / self.temperature

@@ -197,30 +197,10 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     baseline = HistoricalBaseline(rate=config.baseline.rate, initial=config.baseline.initial, prior_weight=config.baseline.prior_weight)
     rule = config.algo.rule
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
-    learner = Learner(
-        policy,
-        lr=config.learner.lr,
-        clip_eps_low=config.algo.clip_eps_low,
-        clip_eps_high=config.algo.clip_eps_high,
-        clip_ratio_c=config.algo.clip_ratio_c,
-        temperature=config.rollout.temperature,
-        max_grad_norm=config.learner.max_grad_norm,
-        micro_batch_tokens=config.learner.micro_batch_tokens,
-        mini_batch_size=config.learner.mini_batch_size,
-        weight_decay=config.learner.weight_decay,
-        betas=config.learner.betas,
-    )
+    learner = Learner.from_config(policy, config)
     sampler = TaskSampler(envs.task_ids(), config.trainer.seed)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
-    scoring = ScoringOptions(
-        future_turns=config.hindsight.future_turns,
-        max_block_tokens=config.hindsight.max_block_tokens,
-        max_segment_tokens=config.hindsight.max_segment_tokens,
-        temperature=config.rollout.temperature,
-        jsd_chunk_tokens=config.hindsight.jsd_chunk_tokens,
-        batch_tokens=config.hindsight.score_batch_tokens,
-        packed=config.hindsight.packed,
-    )
+    scoring = ScoringOptions.from_config(config)
     start_step, totals = 0, {"zero_grad_records": 0, "grad_records": 0, "nonfinite_in_a_row": 0}
     if checkpoint is not None:
         optimizer_state, state = load_checkpoint_state(checkpoint)

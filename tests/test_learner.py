@@ -222,3 +222,17 @@ def test_gradient_records_are_mini_batches_of_trajectories_in_rollout_order(poli
     tied, varied = _learner(policy, mini_batch_size=4).step(samples)
     assert tied.grad_norm == 0.0 and varied.grad_norm > 0.0
     assert len(_learner(policy, mini_batch_size=1).step(samples)) == 8  # G times the records of 2 prompts alone
+
+
+def test_learner_and_scoring_are_built_from_their_config_sections(tiny_policy):
+    from hp_agent.config import load_config
+
+    config = load_config(None, ["learner.lr=3e-4", "learner.mini_batch_size=4", "learner.max_grad_norm=0.5",
+                                "algo.clip_eps_high=0.3", "algo.clip_ratio_c=null", "rollout.temperature=0.7",
+                                "hindsight.future_turns=3", "hindsight.score_batch_tokens=2048", "hindsight.packed=false"])
+    learner = Learner.from_config(tiny_policy, config)
+    assert learner.optimizer.param_groups[0]["lr"] == 3e-4 and learner.mini_batch_size == 4
+    assert (learner.max_grad_norm, learner.clip_eps_high, learner.clip_ratio_c, learner.temperature) == (0.5, 0.3, None, 0.7)
+    scoring = ScoringOptions.from_config(config)
+    assert (scoring.future_turns, scoring.batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
+    assert scoring.max_block_tokens == config.hindsight.max_block_tokens
