@@ -257,7 +257,7 @@ def data_alfworld(
             _fail(f"alfworld-download failed (is the network reachable?):\n{done.stderr[-1500:]}")
     from hp_agent.envs.alfworld import sources
     from hp_agent.envs.alfworld.build import build_games
-    from hp_agent.envs.alfworld.catalog import describe, write_demonstrations
+    from hp_agent.envs.alfworld.catalog import describe, expert_demonstrations
     from hp_agent.envs.alfworld.data import find_data_root, missing_data_message
 
     build_splits = list(splits or ("train", "id", "ood"))
@@ -293,13 +293,17 @@ def data_alfworld(
         from hp_agent.policies import load_policy
 
         split = build_splits[0] if splits else "train"
+        from hp_agent.sft import tokenize_demonstration
+        from hp_agent.trajectory import write_jsonl
+
         try:
-            won, played = write_demonstrations(demos, load_policy(model), split=split, limit=limit, workers=workers,
-                                               source=source)
+            policy = load_policy(model)
+            won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source)
         except (FileNotFoundError, LookupError, ValueError) as error:
             _fail(str(error))
             return
-        console.print(f"demonstrations: the expert won {won} of {played} {split} games; written to {demos}")
+        write_jsonl(demos, [tokenize_demonstration(t, policy) for t in won])
+        console.print(f"demonstrations: the expert won {len(won)} of {played} {split} games; written to {demos}")
     if dagger is not None:
         _write_dagger(dagger, model, build_splits[0] if splits else "train", source, limit, max_steps, seed, temperature)
 

@@ -166,6 +166,15 @@ def _response_ids(policy: Policy, response: str) -> list[int]:
     return policy.tokenizer.encode(response, add_special_tokens=False) + [policy.tokenizer.eos_token_id]
 
 
+def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory:
+    """Fill a text demonstration's prompt and action ids with ``policy``'s chat template
+    and tokenizer. Demonstrations were not sampled, so ``sample_logprobs`` stays empty."""
+    for turn in trajectory.turns:
+        turn.prompt_ids = policy.render(turn.prompt_messages)
+        turn.action_ids = _response_ids(policy, turn.action_text)
+    return trajectory
+
+
 def play_for_expert_labels(policy: Policy, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
                            parallel_envs: int = 32, seed: int = 0) -> list[Trajectory]:
     """DAgger's data: ``policy`` plays the first ``limit`` tasks once each, and every turn

@@ -8,9 +8,9 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hp_agent.cli import app  # noqa: E402
 from hp_agent.envs.alfworld import data  # noqa: E402
-from hp_agent.envs.alfworld.catalog import describe, write_demonstrations  # noqa: E402
-from hp_agent.sft import trajectory_sequences  # noqa: E402
-from hp_agent.trajectory import read_jsonl  # noqa: E402
+from hp_agent.envs.alfworld.catalog import describe, expert_demonstrations  # noqa: E402
+from hp_agent.sft import tokenize_demonstration, trajectory_sequences  # noqa: E402
+from hp_agent.trajectory import read_jsonl, write_jsonl  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,10 +28,12 @@ def test_counts_per_split_and_task_type():
 
 def test_expert_demonstrations_are_token_in_token_out(tmp_path, tiny_policy):
     out = tmp_path / "demos.jsonl"
-    won, played = write_demonstrations(out, tiny_policy, split="id", limit=2)
-    assert played == 2 and won >= 1
+    won, played = expert_demonstrations(split="id", limit=2)
+    assert played == 2 and len(won) >= 1
+    assert all(not turn.prompt_ids and not turn.action_ids for t in won for turn in t.turns)  # text only: no model
+    write_jsonl(out, [tokenize_demonstration(t, tiny_policy) for t in won])
     trajectories = list(read_jsonl(out))
-    assert len(trajectories) == won and all(t.success for t in trajectories)
+    assert len(trajectories) == len(won) and all(t.success for t in trajectories)
     for turn in trajectories[0].turns:
         assert turn.prompt_ids == tiny_policy.render(turn.prompt_messages)
         assert turn.action_text.startswith("<action>") and turn.action_ids[-1] == tiny_policy.tokenizer.eos_token_id

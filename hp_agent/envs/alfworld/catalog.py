@@ -1,9 +1,9 @@
 """What ALFWorld data is here, and expert demonstrations in the trajectory format.
 
 Backs ``hp-agent data alfworld``: :func:`describe` counts the games of each split by
-task type; :func:`write_demonstrations` plays the fixed handcoded expert and writes the
-episodes it wins as token-in-token-out trajectories (prompt ids rendered by the target
-model's chat template), ready for ``hp-agent sft --data``.
+task type; :func:`expert_demonstrations` plays the fixed handcoded expert and returns
+the episodes it wins as text trajectories. Turning them into a model's token ids is the
+SFT side's work (:func:`hp_agent.sft.tokenize_demonstration`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from hp_agent.envs.alfworld.data import SHORT_TASK_TYPES, list_games
 from hp_agent.envs.alfworld.env import AlfworldEnv
 from hp_agent.envs.alfworld.scripted import Job, play_episodes
 from hp_agent.envs.alfworld.sources import resolve_data_root
-from hp_agent.policies import Policy
-from hp_agent.trajectory import Trajectory, write_jsonl
+from hp_agent.trajectory import Trajectory
 
 SPLIT_NAMES = ("train", "id", "ood")
 
@@ -34,25 +33,15 @@ def describe(root: Path) -> dict[str, dict[str, int]]:
     return counts
 
 
-def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory:
-    """Fill prompt and action ids with ``policy``'s chat template and tokenizer.
-
-    Demonstrations were not sampled, so ``sample_logprobs`` stays empty.
-    """
-    for turn in trajectory.turns:
-        turn.prompt_ids = policy.render(turn.prompt_messages)
-        turn.action_ids = policy.tokenizer.encode(turn.action_text, add_special_tokens=False) + [policy.tokenizer.eos_token_id]
-    return trajectory
-
-
-def write_demonstrations(out: Path, policy: Policy, split: str = "train", limit: int | None = None, workers: int = 1,
-                         source: str = "auto") -> tuple[int, int]:
-    """Write the expert's won episodes of ``split`` to ``out``; returns (won, played)."""
+def expert_demonstrations(split: str = "train", limit: int | None = None, workers: int = 1,
+                          source: str = "auto") -> tuple[list[Trajectory], int]:
+    """The expert's won episodes of ``split`` as text (no token ids: an env knows no model),
+    and how many episodes were played."""
     root = resolve_data_root(split, source, num_games=limit)
     env = AlfworldEnv(split=split, data_root=root, num_games=limit)
     jobs = [Job(task_id=task_id, seed=k, group=k) for k, task_id in enumerate(env.task_ids())]
-    played = play_episodes(env, {"split": split, "data_root": root, "num_games": limit}, "expert", jobs, workers=workers)
-    env.close()
-    won = [tokenize_demonstration(t, policy) for t in played if t.success]
-    write_jsonl(out, won)
-    return len(won), len(played)
+    try:
+        played = play_episodes(env, {"split": split, "data_root": root, "num_games": limit}, "expert", jobs, workers=workers)
+    finally:
+        env.close()
+    return [t for t in played if t.success], len(played)
