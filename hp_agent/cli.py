@@ -23,6 +23,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, help="RL post-tra
 console = Console()
 
 
+# What a user's mistake raises (a bad key or value, a missing file, an unknown name, a
+# feature an env lacks): one line on screen, not a traceback. Anything else is a bug and
+# keeps its traceback. ConfigError is a ValueError; the trainer adds its TrainingError.
+USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, FileNotFoundError, ImportError, LookupError, ValueError,
+                                           NotImplementedError)
+
+
 def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code=2)
@@ -42,7 +49,7 @@ def train(
 ) -> None:
     """Train a policy (no options: HP-RLVR on ALFWorld's train games with the embedded tiny model)."""
     _quiet_libraries()
-    from hp_agent.config import ConfigError, load_config
+    from hp_agent.config import load_config
     from hp_agent.trainer import TrainingError
     from hp_agent.trainer import train as run_training
 
@@ -60,7 +67,7 @@ def train(
         else:
             cfg = load_config(config, flags + list(overrides or []))
         summary = run_training(cfg, resume=resume)
-    except (ConfigError, FileExistsError, FileNotFoundError, ImportError, LookupError, TrainingError) as error:
+    except (*USER_ERRORS, TrainingError) as error:
         _fail(str(error))
         return
     final = summary.final_metrics
@@ -119,13 +126,14 @@ def eval_command(
         result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
                           env_kwargs={"source": source} if source else None, max_turns=max_turns,
                           output=output, progress=True, scripted=policy, workers=workers, seed=seed)
-    except (FileNotFoundError, ImportError, LookupError, ValueError) as error:
+    except USER_ERRORS as error:
         _fail(str(error))
         return
     table = Table(title=f"{env} / {result.split} / {result.policy}: {result.tasks} tasks x {result.samples} samples")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row(f"Avg@{samples} (success rate)", f"{100 * result.avg_at_k:.2f}%")
+    table.add_row(f"Avg@{samples} (success rate{', the unbiased Pass@1' if samples > 1 else ''})",
+                  f"{100 * result.avg_at_k:.2f}%")
     table.add_row(f"Pass@{samples}", f"{100 * result.pass_at_k:.2f}%")
     low, high = result.success_ci95
     table.add_row("success 95% CI (Wilson)", f"[{100 * low:.1f}%, {100 * high:.1f}%]")
@@ -162,7 +170,6 @@ def compare(
     """HP-RLVR (G=1) against GRPO (G=8) from the same model and seed, evaluated at 25/50/75/100% of the steps (resumable)."""
     _quiet_libraries()
     from hp_agent.compare import load_compare_config, run_compare
-    from hp_agent.config import ConfigError
     from hp_agent.trainer import TrainingError
 
     try:
@@ -170,7 +177,7 @@ def compare(
                                        eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
                                        overrides=overrides)
         summary = run_compare(settings)
-    except (ConfigError, FileExistsError, FileNotFoundError, ImportError, LookupError, TrainingError) as error:
+    except (*USER_ERRORS, TrainingError) as error:
         _fail(str(error))
         return
     console.print((settings.out / "report.md").read_text())
@@ -182,18 +189,18 @@ def compare(
 @app.command()
 def sft(
     out: Path = typer.Option(..., help="Folder to write the warmed-up model to (must not exist or be empty)."),
-    env: str = typer.Option("alfworld", help="Env whose train-split demonstrations to learn from (ALFWorld: the expert's won games, ~2 s a game; `hp-agent data alfworld --demos` plays them in parallel for --data)."),
-    model: str = typer.Option("tiny", help="Model to start from."),
-    steps: int = typer.Option(200, help="Optimizer steps."),
-    batch_size: int = typer.Option(16, help="Demonstrations per step."),
-    lr: float = typer.Option(2e-3, help="Peak AdamW learning rate (linear decay to 0)."),
-    seed: int = typer.Option(0, help="Seed for initialization order and batches."),
+    env: Optional[str] = typer.Option(None, help="Env whose train-split demonstrations to learn from (ALFWorld: the expert's won games, ~2 s a game; `hp-agent data alfworld --demos` plays them in parallel for --data).", show_default="alfworld"),
+    model: Optional[str] = typer.Option(None, help="Model to start from.", show_default="tiny"),
+    steps: Optional[int] = typer.Option(None, help="Optimizer steps.", show_default="200"),
+    batch_size: Optional[int] = typer.Option(None, help="Demonstrations per step.", show_default="16"),
+    lr: Optional[float] = typer.Option(None, help="Peak AdamW learning rate, linear decay to 0.", show_default="0.002"),
+    seed: Optional[int] = typer.Option(None, help="Seed for initialization order and batches.", show_default="0"),
     data: Optional[Path] = typer.Option(None, help="Trajectory JSONL to learn from (e.g. `hp-agent data alfworld --demos`) instead of the env's built-in demonstrations."),
     env_kwargs: str = typer.Option("{}", help="Env arguments as a YAML mapping, e.g. '{demo_mistakes: 0.5}' (keys, keystep)."),
     hindsight: bool = typer.Option(False, help="With --data: also learn every turn under its privileged block (realized future and outcome), as hindsight scoring shows it."),
-    save_every: int = typer.Option(100, help="Save the state to OUT.partial every N steps; the same command continues from there."),
+    save_every: Optional[int] = typer.Option(None, help="Save the state to OUT.partial every N steps; the same command continues from there.", show_default="100"),
     expert_data: Optional[Path] = typer.Option(None, help="Also learn the expert's advice in every turn of this DAgger file (`hp-agent data alfworld --dagger`)."),
-    prompt_loss: float = typer.Option(0.0, help="Also learn to predict the prompt tokens, with this weight beside the response's loss (0: responses only)."),
+    prompt_loss: Optional[float] = typer.Option(None, help="Also learn to predict the prompt tokens, with this weight beside the response's loss (0: responses only).", show_default="0.0"),
 ) -> None:
     """Supervised warm-up on an env's demonstrations, so RL starts from a policy whose rewards vary."""
     import torch
@@ -209,11 +216,13 @@ def sft(
     if not isinstance(kwargs, dict):
         _fail(f"--env-kwargs must be a YAML mapping such as '{{demo_mistakes: 0.5}}', got {env_kwargs!r}")
         return
+    # Options left unset take hp_agent.sft.sft's defaults: the one place they are set.
+    given = dict(env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, save_every=save_every,
+                 prompt_loss=prompt_loss)
     try:
-        result = run_sft(out, env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, data=data,
-                         progress=True, env_kwargs=kwargs, hindsight=hindsight, save_every=save_every,
-                         expert_data=expert_data, prompt_loss=prompt_loss)
-    except (FileExistsError, FileNotFoundError, LookupError, NotImplementedError, TypeError, ValueError) as error:
+        result = run_sft(out, data=data, progress=True, env_kwargs=kwargs, hindsight=hindsight, expert_data=expert_data,
+                         **{key: value for key, value in given.items() if value is not None})
+    except USER_ERRORS as error:
         _fail(str(error))
         return
     console.print(
@@ -272,7 +281,7 @@ def data_alfworld(
             alfred_splits = [{"id": "valid_seen", "ood": "valid_unseen"}.get(s, s) for s in build_splits]
             build_games(sources.alfred_root(), source="alfred", splits=alfred_splits, counts=count,
                         alfred_dir=alfred_dir, workers=workers)
-    except (FileNotFoundError, ValueError) as error:
+    except USER_ERRORS as error:
         _fail(str(error))
         return
     roots = [root for root in (find_data_root(), sources.synth_root(), sources.alfred_root())
@@ -299,7 +308,7 @@ def data_alfworld(
         try:
             policy = load_policy(model)
             won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source)
-        except (FileNotFoundError, LookupError, ValueError) as error:
+        except USER_ERRORS as error:
             _fail(str(error))
             return
         write_jsonl(demos, [tokenize_demonstration(t, policy) for t in won])
@@ -318,7 +327,7 @@ def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | N
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
     try:
         trajectories = play_for_expert_labels(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed)
-    except (FileNotFoundError, LookupError, ValueError) as error:
+    except USER_ERRORS as error:
         _fail(str(error))
         return
     write_jsonl(out, trajectories)

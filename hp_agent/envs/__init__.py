@@ -7,6 +7,7 @@ are discovered the first time a name is looked up.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -51,12 +52,29 @@ def _resolve(factory: EnvFactory | str) -> EnvFactory:
     return getattr(import_module(module_name), attr)
 
 
+def check_kwargs(name: str, factory: EnvFactory, kwargs: dict) -> None:
+    """Refuse an argument ``factory`` does not take, naming it and the valid ones, before
+    anything is built (a TypeError from deep inside a constructor names neither)."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to check against
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    valid = [key for key, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        raise ValueError(f"env {name!r} has no argument {unknown[0]!r}; valid: {', '.join(valid)}")
+
+
 def make(name: str, **kwargs) -> TextEnv:
     """Build env ``name`` with ``kwargs`` passed to its factory."""
     _load_entry_points()
     if name not in _REGISTRY:
         raise LookupError(f"unknown env {name!r}; registered envs: {', '.join(list_envs())}")
-    env = _resolve(_REGISTRY[name])(**kwargs)
+    factory = _resolve(_REGISTRY[name])
+    check_kwargs(name, factory, kwargs)
+    env = factory(**kwargs)
     if not isinstance(env, TextEnv):
         raise TypeError(f"env factory for {name!r} returned {type(env).__name__}, expected a TextEnv subclass")
     return env

@@ -1,0 +1,46 @@
+"""The command line: a user's mistake prints one line that names it, never a traceback;
+options left unset take the library's defaults."""
+
+from __future__ import annotations
+
+import inspect
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from hp_agent.cli import app
+from hp_agent.sft import sft
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["train", "--env", "math", "env.kwargs={split: dev}"], ["'dev'", "train", "test"]),
+        (["train", "--env", "math", "env.kwargs={colour: red}"], ["'colour'", "split", "num_tasks"]),
+        (["train", "--env", "nowhere"], ["'nowhere'", "math", "keys"]),
+        (["eval", "--env", "math", "--split", "dev", "--limit", "1"], ["'dev'", "test"]),
+        (["sft", "--env", "keys", "--env-kwargs", "{colour: red}", "--out", "unused"], ["'colour'", "demo_mistakes"]),
+    ],
+)
+def test_user_errors_print_one_line_naming_the_value_and_the_valid_ones(arguments, named, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    message = " ".join(result.output.split())
+    assert message.startswith("error:"), message
+    for text in named:
+        assert text in message, (text, message)
+    assert not (tmp_path / "runs").exists()  # nothing half-made is left behind
+
+
+def test_sft_help_states_the_library_defaults():
+    """The CLI passes only the options a user set; the defaults its help states are sft()'s."""
+    command = typer.main.get_command(app).commands["sft"]
+    stated = {param.name: param.show_default for param in command.params if isinstance(param.show_default, str)}
+    defaults = {name: p.default for name, p in inspect.signature(sft).parameters.items()}
+    assert set(stated) == {"env", "model", "steps", "batch_size", "lr", "seed", "save_every", "prompt_loss"}
+    for option, text in stated.items():
+        assert text == str(defaults[option]), (option, text, defaults[option])
