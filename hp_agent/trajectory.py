@@ -105,11 +105,6 @@ class Segment:
     end: int
 
 
-def eligible_mask(turn: Turn) -> list[int]:
-    """Mask over ``prompt_ids + action_ids``: 1 on sampled action tokens, 0 elsewhere."""
-    return [0] * len(turn.prompt_ids) + [1] * len(turn.action_ids)
-
-
 def paragraph_segments(
     action_ids: Sequence[int], token_texts: Sequence[str], max_tokens: int
 ) -> list[tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""Trajectory model: eligibility masks, segments, format tokens, JSONL round trip."""
+"""Trajectory model: segments, format tokens, JSONL round trip."""
 
 import json
 
@@ -8,7 +8,6 @@ from hp_agent.trajectory import (
     Segment,
     Trajectory,
     Turn,
-    eligible_mask,
     format_token_mask,
     paragraph_segments,
     read_jsonl,
@@ -26,11 +25,6 @@ def _turn(prompt, action, observation=""):
         action_text="a",
         observation=observation,
     )
-
-
-def test_eligible_mask_marks_only_sampled_tokens():
-    turn = _turn([5, 6, 7], [8, 9])
-    assert eligible_mask(turn) == [0, 0, 0, 1, 1]
 
 
 def test_paragraph_segments_split_at_blank_lines_and_length():
