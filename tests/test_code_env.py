@@ -13,9 +13,10 @@ import hp_agent
 from hp_agent.envs import make
 from hp_agent.envs.code import CodeEnv
 from hp_agent.envs.code.families import FAMILIES, TESTS_PER_PROBLEM
+from hp_agent.envs.code.families.reference import functional_problem, stdin_problem
 from hp_agent.envs.code.jsonl import load_jsonl_tasks
-from hp_agent.envs.code.tasks import PUBLIC_TESTS, CodeTask, builtin_tasks, split_of
-from hp_agent.evaluate import DEFAULT_EVAL_SPLITS
+from hp_agent.envs.code.tasks import PUBLIC_TESTS, CodeTask, builtin_tasks
+from hp_agent.envs.generated import split_of
 from hp_agent.runs import read_jsonl_records
 from hp_agent.verifiers.code import (
     NO_CODE_FEEDBACK,
@@ -100,6 +101,31 @@ def test_generated_tests_are_well_formed(train_tasks, test_tasks) -> None:
                 parse_arguments(test.input), json.loads(test.output)
         else:
             assert "standard input" in task.question and task.func_name is None
+
+
+def _cut(s: str, *, k: int, upper: str) -> str:
+    """Return s cut at {k}, then
+    '{upper}'."""
+    return s[:k].upper() + upper
+
+
+def _times(a: int, *, k: int) -> None:
+    """Print a times {k}."""
+    for _ in range(1):
+        print(a * k)
+
+
+def test_reference_program_is_the_function_with_its_values() -> None:
+    problem = functional_problem("clip", _cut, [["abcd"]], k=-1, upper="x")
+    assert problem.statement == "Return s cut at -1, then 'x'."  # the docstring, white space folded
+    assert problem.starter == "def clip(s: str) -> str:"
+    assert problem.solution == "def clip(s: str) -> str:\n    return s[:-1].upper() + 'x'\n"  # `.upper` stays
+    namespace: dict = {}
+    exec(problem.solution, namespace)
+    assert namespace["clip"]("abcd") == _cut("abcd", k=-1, upper="x") == "ABCx"
+    script = stdin_problem("One integer a. ", "a = int(input())\n", _times, ["3\n"], k=4)
+    assert script.statement == "One integer a. Print a times 4." and script.starter == ""
+    assert script.solution == "a = int(input())\nfor _ in range(1):\n    print(a * 4)\n"
 
 
 def test_bad_split_and_size() -> None:
@@ -315,7 +341,7 @@ def test_make_code_defaults() -> None:
     assert len(CodeEnv(split="test").task_ids()) == 200
     assert env.reward_bounds == (0.0, 1.0) and env.max_turns == 1
     assert "```python" in (env.system_prompt or "")
-    assert DEFAULT_EVAL_SPLITS["code"] == "test"
+    assert CodeEnv.eval_split == "test"  # what `hp-agent eval --env code` scores by default
 
 
 def test_check_env() -> None:
@@ -397,4 +423,6 @@ def test_code_env_trains_with_both_algorithms(tmp_path: Path, algo: str) -> None
 def test_evaluate_code_pass_at_k() -> None:
     result = hp_agent.evaluate(env="code", model="tiny", samples=8, limit=2, parallel_envs=8)
     assert (result.env, result.split, result.tasks, result.samples) == ("code", "test", 2, 8)
-    assert 0.0 <= result.avg_at_k <= result.pass_at_k <= 1.0
+    # Every one of the 16 programs went through the sandbox (none errored), one turn each;
+    # a random 2.8M-parameter model writes no program that passes.
+    assert (result.errored, result.mean_turns, result.avg_at_k, result.pass_at_k) == (0, 1.0, 0.0, 0.0)

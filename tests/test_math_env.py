@@ -11,8 +11,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from hp_agent.envs import make
+from hp_agent.envs.generated import split_of
 from hp_agent.envs.math import MathEnv
-from hp_agent.envs.math_tasks import GENERATORS, MathTask, builtin_tasks, load_jsonl_tasks, split_of
+from hp_agent.envs.math.generators import GENERATORS
+from hp_agent.envs.math.jsonl import load_jsonl_tasks
+from hp_agent.envs.math.tasks import MathTask, builtin_tasks
 from hp_agent.verifiers.math import NO_ANSWER_FEEDBACK, extract_boxed, verify_math
 
 

@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 from hp_agent.envs.base import SingleStepTaskEnv
 from hp_agent.envs.code.jsonl import load_jsonl_tasks
-from hp_agent.envs.code.tasks import DEFAULT_SIZES, SPLITS, CodeTask, builtin_tasks
+from hp_agent.envs.code.tasks import DEFAULT_SIZES, CodeTask, builtin_tasks
+from hp_agent.envs.generated import SPLITS
 from hp_agent.verifiers import Verdict
 from hp_agent.verifiers.code import NO_CODE_FEEDBACK, CodeResult, extract_program, verify_batch
 from hp_agent.verifiers.sandbox import SandboxLimits, sandbox_support
@@ -44,6 +45,7 @@ class CodeEnv(SingleStepTaskEnv):
     )
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     answer_format: ClassVar[str | None] = r"```(?:python|py)?"
+    eval_split: ClassVar[str | None] = "test"
     _tasks: dict[str, CodeTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,

@@ -1,51 +1,17 @@
-"""Math tasks: a seeded generator of word problems with exact answers, and a JSONL loader.
+"""Math problem generators: eight skills, each a seeded word-problem family with exact answers.
 
-Built-in answers are exact strings math-verify parses: integers (``42``, ``-7``) or
-fractions in lowest terms (``\\frac{3}{4}``, ``-\\frac{5}{2}``).
-
-A generated problem's split depends on its question text alone:
-``test`` iff ``int(sha1(question)[:8]) % 5 == 0``, else ``train``. So the splits never
-share a question, whatever the seed or the sizes asked for.
+Answers are exact strings math-verify parses: integers (``42``, ``-7``) or fractions in
+lowest terms (``\\frac{3}{4}``, ``-\\frac{5}{2}``). Level 1 has small numbers and one or
+two steps, level 3 bigger numbers and more steps.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd
-from pathlib import Path
-from typing import Any
 
-from hp_agent.envs.task_files import check_record_keys, read_task_file
-
-SPLITS = ("train", "test")
-DEFAULT_SIZES = {"train": 2000, "test": 200}
-_TEST_MODULUS = 5  # one question in five lands in the test split
-
-
-@dataclass(frozen=True)
-class MathTask:
-    """One problem.
-
-    difficulty: 1 (small numbers, one or two steps) to 3 (bigger numbers, more steps);
-                0 when unknown (user data).
-    solution:   a worked solution ending in ``\\boxed{answer}``; built-in tasks only
-                (empty for user data), used as tokenizer corpus text.
-    """
-
-    id: str
-    question: str
-    answer: str
-    task_type: str
-    difficulty: int
-    solution: str = ""
-
-
-# A generator returns (question, exact answer, worked-solution sentences).
-Problem = tuple[str, Fraction, list[str]]
+from hp_agent.envs.generated import Family, Problem
 
 _NAMES = ("Ava", "Ben", "Chloe", "Diego", "Emma", "Farid", "Grace", "Hiro", "Isla", "Jamal", "Kira",
           "Liam", "Maya", "Noah", "Olga", "Priya", "Quinn", "Rosa", "Sam", "Tariq", "Uma", "Victor",
@@ -86,6 +52,13 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _problem(question: str, value: Fraction, steps: list[str]) -> Problem:
+    """The problem of ``question``: its exact answer and a worked solution that ends in it."""
+    answer = _fmt(value)
+    solution = f"Let's solve it step by step. {' '.join(steps)} The final answer is \\boxed{{{answer}}}."
+    return Problem(question, solution, answer)
+
+
 def _arithmetic(rng: random.Random, level: int) -> Problem:
     """Multi-step add/subtract story: level + 1 events on a starting count."""
     name, friend = rng.sample(_NAMES, 2)
@@ -106,7 +79,7 @@ def _arithmetic(rng: random.Random, level: int) -> Problem:
             total += k
         sentences.append(f"{connective} {name} {event}.")
     ask = rng.choice((f"How many {item} does {name} have now?", f"How many {item} does {name} end up with?"))
-    return " ".join(sentences + [ask]), Fraction(total), steps
+    return _problem(" ".join(sentences + [ask]), Fraction(total), steps)
 
 
 def _multiplication(rng: random.Random, level: int) -> Problem:
@@ -119,13 +92,14 @@ def _multiplication(rng: random.Random, level: int) -> Problem:
         a, c = rng.randint(2, 12), rng.randint(5, 25)
         question = (f"A shop has {a} shelves. Each shelf holds {b} {box}, and each of the {box} "
                     f"contains {c} {item}. How many {item} are in the shop?")
-        return question, Fraction(a * b * c), [f"{a} x {b} = {a * b} {box}.", f"{a * b} x {c} = {a * b * c}."]
+        steps = [f"{a} x {b} = {a * b} {box}.", f"{a * b} x {c} = {a * b * c}."]
+        return _problem(question, Fraction(a * b * c), steps)
     question = rng.choice((
         f"{name} has {a} {box} with {b} {item} in each. How many {item} does {name} have in total?",
         f"A hall has {a} rows of chairs with {b} chairs in each row. How many chairs are there?",
         f"{name} reads {b} pages every day for {a} days. How many pages does {name} read?",
     ))
-    return question, Fraction(a * b), [f"{a} x {b} = {a * b}."]
+    return _problem(question, Fraction(a * b), [f"{a} x {b} = {a * b}."])
 
 
 def _division(rng: random.Random, level: int) -> Problem:
@@ -136,7 +110,7 @@ def _division(rng: random.Random, level: int) -> Problem:
         k, each = rng.randint(2, 9), rng.randint(2, 12)
         question = (f"{name} shares {k * each} {item} equally among {k} friends. "
                     f"How many {item} does each friend get?")
-        return question, Fraction(each), [f"{k * each} / {k} = {each}."]
+        return _problem(question, Fraction(each), [f"{k * each} / {k} = {each}."])
     k = rng.randint(3, 12) if level == 2 else rng.randint(12, 60)
     n = rng.randint(20, 200) if level == 2 else rng.randint(100, 1000)
     if n % k == 0:
@@ -146,13 +120,14 @@ def _division(rng: random.Random, level: int) -> Problem:
     if level == 3:
         question = (f"{n} {item} must be packed into {box} that hold {k} each. "
                     f"How many {box} are needed to pack all of them?")
-        return question, Fraction(full + 1), steps + [f"{full} full {box} plus one more for the {left} left over."]
+        steps.append(f"{full} full {box} plus one more for the {left} left over.")
+        return _problem(question, Fraction(full + 1), steps)
     if rng.random() < 0.5:
         question = (f"{name} packs {n} {item} into {box} of {k}. How many {item} are left over "
                     f"after filling as many {box} as possible?")
-        return question, Fraction(left), steps
+        return _problem(question, Fraction(left), steps)
     question = f"{name} packs {n} {item} into {box} of {k}. How many {box} can be filled completely?"
-    return question, Fraction(full), steps
+    return _problem(question, Fraction(full), steps)
 
 
 def _proper(rng: random.Random, max_denominator: int) -> Fraction:
@@ -172,17 +147,17 @@ def _fractions(rng: random.Random, level: int) -> Problem:
         x, y = Fraction(a, d), Fraction(b, d)
         question = (f"{name} ate {a}/{d} of a {whole} and {friend} ate {b}/{d} of it. "
                     f"What fraction of the {whole} did they eat together?")
-        return question, x + y, [f"{a}/{d} + {b}/{d} = {_fmt(x + y)}."]
+        return _problem(question, x + y, [f"{a}/{d} + {b}/{d} = {_fmt(x + y)}."])
     if level == 2:
         x, y, op = _proper(rng, 9), _proper(rng, 9), rng.choice(("+", "-"))
         result = x + y if op == "+" else x - y
         question = rng.choice((f"What is {x} {op} {y}?",
                                f"Compute {x} {op} {y} as a fraction in lowest terms."))
-        return question, result, [f"Use a common denominator: {x} {op} {y} = {_fmt(result)}."]
+        return _problem(question, result, [f"Use a common denominator: {x} {op} {y} = {_fmt(result)}."])
     if rng.random() < 0.5:
         x, y = _proper(rng, 10), _proper(rng, 10)
         question = f"What is {x} of {y}? Give the answer as a fraction."
-        return question, x * y, [f"{x} x {y} = {_fmt(x * y)}."]
+        return _problem(question, x * y, [f"{x} x {y} = {_fmt(x * y)}."])
     x, y = Fraction(1, rng.randint(2, 5)), Fraction(1, rng.randint(2, 5))
     n = (x.denominator * y.denominator) * rng.randint(1, 12)
     item = rng.choice(_ITEMS)
@@ -190,7 +165,7 @@ def _fractions(rng: random.Random, level: int) -> Problem:
     left = rest - rest * y
     question = (f"{name} had {n} {item} and gave {x} of them to {friend}. "
                 f"Then {name} used {y} of the remaining {item}. How many {item} are left?")
-    return question, left, [f"{n} - {n * x} = {rest}.", f"{rest} - {rest * y} = {left}."]
+    return _problem(question, left, [f"{n} - {n * x} = {rest}.", f"{rest} - {rest * y} = {left}."])
 
 
 def _linear_equation(rng: random.Random, level: int) -> Problem:
@@ -200,7 +175,7 @@ def _linear_equation(rng: random.Random, level: int) -> Problem:
         b, d = rng.randint(-30, 30), rng.randint(-30, 30)
         x = Fraction(d - b, a - c)
         question = f"Solve for x: {_linear(a, b)} = {_linear(c, d)}."
-        return question, x, [f"Collect terms: ({a} - {_p(c)})x = {d} - {_p(b)}, so {a - c}x = {d - b}."]
+        return _problem(question, x, [f"Collect terms: ({a} - {_p(c)})x = {d} - {_p(b)}, so {a - c}x = {d - b}."])
     x = rng.randint(1, 20) if level == 1 else rng.randint(-10, 20)
     if level == 1:
         a, b = (1, rng.randint(1, 30)) if rng.random() < 0.5 else (rng.randint(2, 9), 0)
@@ -213,7 +188,7 @@ def _linear_equation(rng: random.Random, level: int) -> Problem:
     else:
         question = f"Solve for x: {_linear(a, b)} = {c}."
     steps = [f"{_linear(a, 0)} = {c} - {_p(b)} = {c - b}."] + ([f"x = {c - b} / {a} = {x}."] if a != 1 else [])
-    return question, Fraction(x), steps
+    return _problem(question, Fraction(x), steps)
 
 
 def _percent(rng: random.Random, level: int) -> Problem:
@@ -224,19 +199,19 @@ def _percent(rng: random.Random, level: int) -> Problem:
         n = step * rng.randint(1, 200 // step + 2)
         question = rng.choice((f"What is {p}% of {n}?",
                                f"A school has {n} students and {p}% of them walk to school. How many students walk?"))
-        return question, Fraction(p * n, 100), [f"{p}/100 x {n} = {_fmt(Fraction(p * n, 100))}."]
+        return _problem(question, Fraction(p * n, 100), [f"{p}/100 x {n} = {_fmt(Fraction(p * n, 100))}."])
     if level == 2:
         price = 20 * rng.randint(1, 25)
         sign = rng.choice(("-", "+"))
         result = Fraction(price * (100 - p if sign == "-" else 100 + p), 100)
         change = f"It is on sale for {p}% off" if sign == "-" else f"Its price goes up by {p}%"
         question = f"A {rng.choice(_GOODS)} costs ${price}. {change}. What is the new price in dollars?"
-        return question, result, [f"{price} x (100 {sign} {p})/100 = {_fmt(result)}."]
+        return _problem(question, result, [f"{price} x (100 {sign} {p})/100 = {_fmt(result)}."])
     if rng.random() < 0.5:
         whole = step * rng.randint(2, 40)
         part = whole * p // 100
         question = f"{part} is what percent of {whole}? Answer with the number of percent."
-        return question, Fraction(p), [f"{part}/{whole} x 100 = {p}."]
+        return _problem(question, Fraction(p), [f"{part}/{whole} x 100 = {p}."])
     up, down = rng.choice((10, 20, 30, 40, 50)), rng.choice((10, 20, 25, 50))
     price = 200 * rng.randint(1, 15)  # (100 + up)(100 - down) is a multiple of 50: whole dollars
     result = Fraction(price * (100 + up) * (100 - down), 10_000)
@@ -244,7 +219,7 @@ def _percent(rng: random.Random, level: int) -> Problem:
                 f"price by {down}%. What is the final price in dollars?")
     middle = Fraction(price * (100 + up), 100)
     steps = [f"{price} x {100 + up}/100 = {_fmt(middle)}.", f"{_fmt(middle)} x {100 - down}/100 = {_fmt(result)}."]
-    return question, result, steps
+    return _problem(question, result, steps)
 
 
 def _geometry(rng: random.Random, level: int) -> Problem:
@@ -254,35 +229,37 @@ def _geometry(rng: random.Random, level: int) -> Problem:
         w, h = rng.randint(2, 20), rng.randint(2, 20)
         start = f"A rectangular {place} is {w} m long and {h} m wide."
         if rng.random() < 0.5:
-            return f"{start} What is its area in square meters?", Fraction(w * h), [f"Area = {w} x {h} = {w * h}."]
+            steps = [f"Area = {w} x {h} = {w * h}."]
+            return _problem(f"{start} What is its area in square meters?", Fraction(w * h), steps)
         steps = [f"Perimeter = 2 x ({w} + {h}) = {2 * (w + h)}."]
-        return f"{start} What is its perimeter in meters?", Fraction(2 * (w + h)), steps
+        return _problem(f"{start} What is its perimeter in meters?", Fraction(2 * (w + h)), steps)
     if level == 2:
         if rng.random() < 0.5:
             b, h = rng.randint(2, 30), rng.randint(2, 30)
             area = Fraction(b * h, 2)
             question = f"A triangle has a base of {b} cm and a height of {h} cm. What is its area in square cm?"
-            return question, area, [f"Area = {b} x {h} / 2 = {_fmt(area)}."]
+            return _problem(question, area, [f"Area = {b} x {h} / 2 = {_fmt(area)}."])
         s = rng.randint(2, 30)
         question = f"A square {place} has an area of {s * s} square meters. What is its perimeter in meters?"
-        return question, Fraction(4 * s), [f"Side = sqrt({s * s}) = {s}.", f"Perimeter = 4 x {s} = {4 * s}."]
+        return _problem(question, Fraction(4 * s), [f"Side = sqrt({s * s}) = {s}.", f"Perimeter = 4 x {s} = {4 * s}."])
     kind = rng.randrange(3)
     if kind == 0:
         w, h = rng.randint(3, 40), rng.randint(3, 40)
         question = (f"A rectangular {place} has a perimeter of {2 * (w + h)} meters and a width of {h} meters. "
                     f"What is its area in square meters?")
-        return question, Fraction(w * h), [f"Length = {2 * (w + h)}/2 - {h} = {w}.", f"Area = {w} x {h} = {w * h}."]
+        steps = [f"Length = {2 * (w + h)}/2 - {h} = {w}.", f"Area = {w} x {h} = {w * h}."]
+        return _problem(question, Fraction(w * h), steps)
     if kind == 1:
         a, b, c = rng.choice(((3, 4, 5), (5, 12, 13), (8, 15, 17), (7, 24, 25)))
         k = rng.randint(1, 6)
         question = f"A right triangle has legs of length {k * a} and {k * b}. How long is its hypotenuse?"
-        return question, Fraction(k * c), [f"sqrt({k * a}^2 + {k * b}^2) = sqrt({(k * c) ** 2}) = {k * c}."]
+        return _problem(question, Fraction(k * c), [f"sqrt({k * a}^2 + {k * b}^2) = sqrt({(k * c) ** 2}) = {k * c}."])
     w, h = rng.randint(8, 30), rng.randint(8, 30)
     cw, ch = rng.randint(2, w - 2), rng.randint(2, h - 2)
     area = w * h - cw * ch
     question = (f"A rectangular {place} measures {w} m by {h} m. A {cw} m by {ch} m corner is cut out of it. "
                 f"What is the area of the remaining shape in square meters?")
-    return question, Fraction(area), [f"{w} x {h} - {cw} x {ch} = {w * h} - {cw * ch} = {area}."]
+    return _problem(question, Fraction(area), [f"{w} x {h} - {cw} x {ch} = {w * h} - {cw * ch} = {area}."])
 
 
 def _sequence(rng: random.Random, level: int) -> Problem:
@@ -292,105 +269,29 @@ def _sequence(rng: random.Random, level: int) -> Problem:
     shown = ", ".join(str(a + i * d) for i in range(4))
     if level == 1:
         question = f"What is the next number in the sequence {shown}, ...?"
-        return question, Fraction(a + 4 * d), [f"The difference is {d}, so {a + 3 * d} + {d} = {a + 4 * d}."]
+        return _problem(question, Fraction(a + 4 * d), [f"The difference is {d}, so {a + 3 * d} + {d} = {a + 4 * d}."])
     n = rng.randint(10, 60)
     nth = a + (n - 1) * d
     if level == 2:
         question = rng.choice((f"What is the {_ordinal(n)} term of the arithmetic sequence {shown}, ...?",
                                f"An arithmetic sequence starts at {a} and each term adds {d}. "
                                f"What is its {_ordinal(n)} term?"))
-        return question, Fraction(nth), [f"a_{n} = {a} + ({n} - 1) x {_p(d)} = {nth}."]
+        return _problem(question, Fraction(nth), [f"a_{n} = {a} + ({n} - 1) x {_p(d)} = {nth}."])
     if rng.random() < 0.5:
         total = n * (a + nth) // 2  # n(a + a_n) is even: a + a_n = 2a + (n-1)d
         question = f"What is the sum of the first {n} terms of the arithmetic sequence {shown}, ...?"
-        return question, Fraction(total), [f"a_{n} = {nth}.", f"Sum = {n} x ({a} + {_p(nth)}) / 2 = {total}."]
+        return _problem(question, Fraction(total), [f"a_{n} = {nth}.", f"Sum = {n} x ({a} + {_p(nth)}) / 2 = {total}."])
     start, ratio = rng.randint(1, 9), rng.randint(2, 4)
     terms = [start * ratio**i for i in range(5)]
     question = f"What is the next number in the sequence {', '.join(map(str, terms[:4]))}, ...?"
-    return question, Fraction(terms[4]), [f"Each term is {ratio} times the last: {terms[3]} x {ratio} = {terms[4]}."]
+    steps = [f"Each term is {ratio} times the last: {terms[3]} x {ratio} = {terms[4]}."]
+    return _problem(question, Fraction(terms[4]), steps)
 
 
 # Skill type (the task_type of generated tasks) -> generator; the name is the function's.
-GENERATORS: dict[str, Callable[[random.Random, int], Problem]] = {
+GENERATORS: dict[str, Family] = {
     generate.__name__.lstrip("_"): generate
     for generate in (
         _arithmetic, _multiplication, _division, _fractions, _linear_equation, _percent, _geometry, _sequence
     )
 }
-
-
-def split_of(question: str) -> str:
-    """The split a generated question belongs to: ``test`` iff sha1(question) % 5 == 0."""
-    digest = hashlib.sha1(question.encode("utf-8")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") % _TEST_MODULUS == 0 else "train"
-
-
-def _solution(steps: list[str], answer: str) -> str:
-    return f"Let's solve it step by step. {' '.join(steps)} The final answer is \\boxed{{{answer}}}."
-
-
-def builtin_tasks(split: str, n: int, seed: int = 0) -> list[MathTask]:
-    """The first ``n`` unique generated problems of ``split`` from the stream seeded by ``seed``.
-
-    Draw i uses skill ``i % 8`` at difficulty ``1 + (i // 8) % 3``; the stream is the same
-    for both splits, so a smaller ``n`` gives a prefix of a larger one.
-    """
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
-    if n < 0:
-        raise ValueError(f"number of tasks must be >= 0, got {n}")
-    rng = random.Random(seed)
-    skills = list(GENERATORS.items())
-    seen: set[str] = set()
-    tasks: list[MathTask] = []
-    # Each draw lands in `test` with probability 1/5; the cap only trips if the
-    # generator runs out of distinct questions.
-    for draw in range(_TEST_MODULUS * 10 * n + 1000):
-        if len(tasks) == n:
-            break
-        skill, generate = skills[draw % len(skills)]
-        level = 1 + (draw // len(skills)) % 3
-        question, value, steps = generate(rng, level)
-        if question in seen or split_of(question) != split:
-            continue
-        seen.add(question)
-        answer = _fmt(value)
-        task_id = f"gen-{split}-{len(tasks):05d}"
-        tasks.append(MathTask(task_id, question, answer, skill, level, _solution(steps, answer)))
-    if len(tasks) < n:
-        raise ValueError(f"could only generate {len(tasks)} distinct {split} problems, {n} were asked for")
-    return tasks
-
-
-_REQUIRED_KEYS = ("id", "question", "answer")
-_OPTIONAL_KEYS = {"task_type": "jsonl", "difficulty": 0}
-# JSON numbers are fine as ids and answers (`"answer": 42`); booleans never are.
-_KEY_TYPES = {
-    "id": (str, int), "question": (str,), "answer": (str, int, float), "task_type": (str,), "difficulty": (int,)
-}
-_VALID_KEYS = (f"required keys: {', '.join(_REQUIRED_KEYS)}; optional keys: "
-               f"{', '.join(f'{k} (default {v!r})' for k, v in _OPTIONAL_KEYS.items())}")
-
-
-def _task_from_record(record: Any, where: str) -> MathTask:
-    """Validate one parsed JSONL line; ``where`` is ``"path:line"`` for error messages."""
-    record = check_record_keys(record, where, _REQUIRED_KEYS, _OPTIONAL_KEYS, _VALID_KEYS)
-    values = {**_OPTIONAL_KEYS, **record}
-    for key, types in _KEY_TYPES.items():
-        value = values[key]
-        empty = key in _REQUIRED_KEYS and not str(value).strip()
-        if isinstance(value, bool) or not isinstance(value, types) or empty:
-            raise ValueError(f"{where}: bad value for key {key!r}: {value!r}; {_VALID_KEYS}")
-    return MathTask(
-        str(values["id"]), values["question"], str(values["answer"]), values["task_type"], values["difficulty"]
-    )
-
-
-def load_jsonl_tasks(path: str | Path) -> list[MathTask]:
-    """Tasks from a JSONL file: one ``{"id", "question", "answer"}`` object per line.
-
-    Optional keys: ``task_type`` (default ``"jsonl"``) and ``difficulty`` (default 0).
-    Blank lines are skipped; duplicate ids, unknown keys and bad values are errors that
-    name the file and line.
-    """
-    return read_task_file(path, lambda record, where, _lineno: _task_from_record(record, where), _VALID_KEYS)

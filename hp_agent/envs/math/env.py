@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hp_agent.envs.base import SingleStepTaskEnv
-from hp_agent.envs.math_tasks import DEFAULT_SIZES, SPLITS, MathTask, builtin_tasks, load_jsonl_tasks
+from hp_agent.envs.generated import SPLITS
+from hp_agent.envs.math.jsonl import load_jsonl_tasks
+from hp_agent.envs.math.tasks import DEFAULT_SIZES, MathTask, builtin_tasks
 from hp_agent.verifiers.math import extract_boxed, verify_math
 
 
@@ -31,6 +33,7 @@ class MathEnv(SingleStepTaskEnv):
     )
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     answer_format: ClassVar[str | None] = r"\\boxed\{|\}"
+    eval_split: ClassVar[str | None] = "test"
     _tasks: dict[str, MathTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,
