@@ -38,7 +38,7 @@ from collections import defaultdict
 from itertools import cycle
 
 from hp_agent.envs import list_envs
-from hp_agent.envs.vector import EnvError, EnvPool
+from hp_agent.envs.vector import EnvError, EnvPool, make_env_pool
 
 
 class Meter:
@@ -126,7 +126,7 @@ def build_pools(env: str, kwargs: dict, num_envs: int, workers: list[int], shipp
                 env_kwargs["speedups"] = speedups
                 caches.append(tempfile.mkdtemp(prefix="hp_agent_bench_cache_"))
                 os.environ["HP_AGENT_CACHE"] = caches[-1]  # workers copy the environment at start
-            pools[f"{w}w" + ("" if speedups else " shipped")] = EnvPool(env, num_envs, num_workers=w, env_kwargs=env_kwargs)
+            pools[f"{w}w" + ("" if speedups else " shipped")] = make_env_pool(env, num_envs, num_workers=w, env_kwargs=env_kwargs)
     except BaseException:
         for pool in pools.values():
             pool.close()

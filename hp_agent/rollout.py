@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from hp_agent.envs.base import TextEnv
-from hp_agent.envs.vector import EnvError, EnvPool
+from hp_agent.envs.vector import EnvError, EnvPool, LocalPool
 from hp_agent.policies import Policy, SamplingParams
 from hp_agent.trajectory import Trajectory, Turn
 
@@ -105,7 +105,7 @@ def collect(
     on slot ``pool.balanced_slots(len(wave))[k]``: adjacent episodes (a prompt's copies)
     on one worker, each worker as busy as the others.
     """
-    pool = envs if isinstance(envs, EnvPool) else EnvPool(envs) if envs else None
+    pool = envs if isinstance(envs, EnvPool) else LocalPool(envs) if envs else None
     if pool is None:
         raise ValueError("collect needs at least one env")
     times = times if times is not None else PhaseTimes()

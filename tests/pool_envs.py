@@ -5,6 +5,7 @@ build them from the spec ``"pool_envs:ScriptedEnv"``: pytest puts tests/ on ``sy
 and workers inherit it.
 """
 
+import itertools
 import os
 import time
 
@@ -13,12 +14,13 @@ from gymnasium import spaces
 from hp_agent.envs.base import TextEnv
 from hp_agent.verifiers import Verdict
 
-TASKS = ["ok-0", "ok-1", "ok-2", "ok-3", "raise", "exit", "hang", "two-steps"]
+TASKS = ["ok-0", "ok-1", "ok-2", "ok-3", "raise", "exit", "hang", "two-steps", "raise-at-reset"]
 
 
 class ScriptedEnv(TextEnv):
     """The task id says what ``step`` does: finish with reward 1 ("ok-*"), raise, call
-    ``os._exit(1)``, sleep for 1000 s, or need two steps ("two-steps")."""
+    ``os._exit(1)``, sleep for 1000 s, or need two steps ("two-steps"); or that ``reset``
+    raises ("raise-at-reset")."""
 
     system_prompt = "Say anything."
     max_turns = 3
@@ -33,6 +35,8 @@ class ScriptedEnv(TextEnv):
         super().reset(seed=seed)
         self.task = (options or {}).get("task_id") or self.task_id_for_seed(seed or 0)
         self.steps = 0
+        if self.task == "raise-at-reset":
+            raise RuntimeError("boom in reset")
         return f"task {self.task}", {"task_id": self.task, "task_type": self.task.split("-")[0]}
 
     def step(self, action):
@@ -46,3 +50,20 @@ class ScriptedEnv(TextEnv):
         if self.task == "two-steps" and self.steps < 2:
             return "once more", 0.0, False, False, {"action": action}
         return "", 1.0, True, False, {"verdict": Verdict(1.0, "done", True), "action": action}
+
+
+_built = itertools.count()
+
+
+class GrowingTurnsEnv(ScriptedEnv):
+    """Each instance built in a process allows one turn more than the one before (the
+    first, one turn), and says so in its reset info: the envs of one pool differ in
+    ``max_turns``, and env 0 allows the fewest, in this process or in a worker."""
+
+    def __init__(self):
+        super().__init__()
+        self.max_turns = 1 + next(_built)
+
+    def reset(self, seed=None, options=None):
+        observation, info = super().reset(seed=seed, options=options)
+        return observation, {**info, "max_turns": self.max_turns}

@@ -1,5 +1,7 @@
-"""EnvPool: envs stepped in worker processes; an env that raises, crashes its worker or
-hangs ends only its own episode, the worker is restarted, and no process outlives the pool."""
+"""Env pools: an env that raises ends only its own episode, in either pool; in the worker
+pool one that crashes its worker or hangs does too, the worker is restarted, and no
+process outlives the pool. Tests of what both pools share take the ``num_workers``
+fixture and run once per implementation."""
 
 import multiprocessing
 import os
@@ -18,13 +20,19 @@ if HERE not in sys.path:  # pytest's default import mode puts tests/ there alrea
 import pool_envs  # noqa: E402  (workers import it by the spec below; they inherit sys.path)
 
 from hp_agent.envs import make  # noqa: E402
-from hp_agent.envs.vector import EnvError, EnvPool  # noqa: E402
+from hp_agent.envs.vector import EnvError, LocalPool, WorkerPool, make_env_pool  # noqa: E402
 from hp_agent.policies import SamplingParams  # noqa: E402
 from hp_agent.rollout import Episode, PhaseTimes, collect  # noqa: E402
 
 SCRIPTED = f"{pool_envs.__name__}:ScriptedEnv"
+GROWING = f"{pool_envs.__name__}:GrowingTurnsEnv"
 GREEDY = SamplingParams(max_new_tokens=6, greedy=True)
 MATH = {"split": "test", "num_tasks": 8}
+
+
+@pytest.fixture(params=[0, 2], ids=["in-process", "workers"])
+def num_workers(request) -> int:
+    return request.param
 
 
 def _alive(pid: int) -> bool:
@@ -51,8 +59,8 @@ def test_worker_pool_plays_exactly_like_in_process(tiny_policy):
     tiny_policy.prefix_cache.clear()  # both runs start cold: reused keys differ in the last float bits
     in_process = collect(tiny_policy, envs, "math", episodes, GREEDY, seed=7)
     tiny_policy.prefix_cache.clear()
-    with EnvPool("math", 3, num_workers=2, env_kwargs=MATH) as pool:
-        local = EnvPool(envs)
+    with make_env_pool("math", 3, num_workers=2, env_kwargs=MATH) as pool:
+        local = make_env_pool(envs)
         assert (pool.task_ids(), pool.system_prompt, pool.max_turns, pool.reward_bounds) == (
             local.task_ids(), local.system_prompt, local.max_turns, local.reward_bounds)
         times = PhaseTimes()
@@ -63,8 +71,8 @@ def test_worker_pool_plays_exactly_like_in_process(tiny_policy):
     assert times.seconds["time/env_step"] > 0 and times.seconds["time/generation"] > 0
 
 
-def test_an_env_that_raises_errors_only_its_episode(tiny_policy):
-    with EnvPool(SCRIPTED, 4, num_workers=2) as pool:
+def test_an_env_that_raises_errors_only_its_episode(tiny_policy, num_workers):
+    with make_env_pool(SCRIPTED, 4, num_workers=num_workers) as pool:
         trajectories = _play(tiny_policy, pool, ["ok-0", "raise", "two-steps", "ok-1"])
         assert pool.restarts == 0
     assert [t.errored for t in trajectories] == [False, True, False, False]
@@ -73,8 +81,43 @@ def test_an_env_that_raises_errors_only_its_episode(tiny_policy):
     assert [len(t.turns) for t in trajectories] == [1, 1, 2, 1] and trajectories[2].success
 
 
+def test_an_env_that_raises_at_reset_errors_only_its_episode(tiny_policy, num_workers):
+    with make_env_pool(SCRIPTED, 3, num_workers=num_workers) as pool:
+        trajectories = _play(tiny_policy, pool, ["ok-0", "raise-at-reset", "two-steps"])
+        assert pool.restarts == 0
+    assert [t.errored for t in trajectories] == [False, True, False]
+    assert trajectories[1].info["error"] == "RuntimeError: boom in reset" and trajectories[1].turns == []
+    assert trajectories[0].success and trajectories[2].success
+
+
+def test_max_turns_is_the_most_any_env_allows(tiny_policy, num_workers):
+    """Rollout plays a wave for ``pool.max_turns`` turns, so a pool must not report env 0's
+    limit when another env allows more: its episodes would be cut off."""
+    with make_env_pool(GROWING, 4, num_workers=num_workers) as pool:
+        assert isinstance(pool, WorkerPool if num_workers else LocalPool)
+        allowed = [info["max_turns"] for _, info in pool.reset_many([(slot, 0, None) for slot in range(4)])]
+        assert allowed[0] < max(allowed)  # the envs differ: env 0's figure is not the most
+        assert pool.max_turns == max(allowed)
+        trajectories = _play(tiny_policy, pool, ["two-steps"] * 4)  # env 0 of a worker allows 1 turn
+    assert all(t.success and len(t.turns) == 2 for t in trajectories)
+
+
+def test_calls_are_checked_and_the_factory_its_arguments(num_workers):
+    with make_env_pool(SCRIPTED, 2, num_workers=num_workers) as pool:
+        with pytest.raises(IndexError, match="slot 2 is out of range for a pool of 2 envs"):
+            pool.step_many([(2, "a")])
+    with pytest.raises(RuntimeError, match="this EnvPool is closed"):
+        pool.reset_many([(0, 0, None)])
+    with pytest.raises(ValueError, match="at least one env slot"):
+        make_env_pool(SCRIPTED, 0, num_workers=num_workers)
+    with pytest.raises(ValueError, match="num_workers must be >= 0"):
+        make_env_pool(SCRIPTED, 2, num_workers=-1)
+    with pytest.raises(ValueError, match="runs in-process"):
+        make_env_pool([pool_envs.ScriptedEnv()], num_workers=1)
+
+
 def test_a_crashed_worker_is_restarted_and_the_next_wave_works(tiny_policy):
-    with EnvPool(SCRIPTED, 4, num_workers=2) as pool:
+    with make_env_pool(SCRIPTED, 4, num_workers=2) as pool:
         before = pool.worker_pids()
         trajectories = _play(tiny_policy, pool, ["ok-0", "ok-1", "exit", "ok-2"])
         # slots 2 and 3 live on worker 1: the crash fails both requests it held
@@ -88,7 +131,7 @@ def test_a_crashed_worker_is_restarted_and_the_next_wave_works(tiny_policy):
 
 
 def test_a_hung_env_times_out_and_its_worker_is_replaced(tiny_policy):
-    with EnvPool(SCRIPTED, 2, num_workers=2, step_timeout=1.0) as pool:
+    with make_env_pool(SCRIPTED, 2, num_workers=2, step_timeout=1.0) as pool:
         started = time.monotonic()
         trajectories = _play(tiny_policy, pool, ["hang", "ok-0"])
         assert time.monotonic() - started < 30
@@ -100,7 +143,7 @@ def test_a_hung_env_times_out_and_its_worker_is_replaced(tiny_policy):
 
 def test_restarted_slots_refuse_steps_until_reset_and_no_process_is_left():
     seen = set()
-    with EnvPool(SCRIPTED, 4, num_workers=2) as pool:
+    with make_env_pool(SCRIPTED, 4, num_workers=2) as pool:
         seen.update(pool.worker_pids())
         pool.reset_many([(2, 0, {"task_id": "two-steps"}), (3, 0, {"task_id": "exit"})])  # both on worker 1
         first, crashed = pool.step_many([(2, "a"), (3, "b")])
@@ -117,7 +160,7 @@ def test_restarted_slots_refuse_steps_until_reset_and_no_process_is_left():
 
 
 def test_slots_come_in_blocks_and_batches_spread_evenly():
-    with EnvPool(SCRIPTED, 7, num_workers=2) as pool:
+    with make_env_pool(SCRIPTED, 7, num_workers=2) as pool:
         assert [pool.worker_slots(w) for w in (0, 1)] == [range(0, 4), range(4, 7)]
         assert pool.balanced_slots(7) == list(range(7))
         assert pool.balanced_slots(5) == [0, 1, 2, 4, 5]  # 3 + 2, neighbours together
@@ -127,7 +170,7 @@ def test_slots_come_in_blocks_and_batches_spread_evenly():
         # Each slot answers from its own env, wherever it lives.
         results = pool.reset_many([(slot, 0, {"task_id": pool_envs.TASKS[slot]}) for slot in range(7)])
         assert [r[0] for r in results] == [f"task {task}" for task in pool_envs.TASKS[:7]]
-    with EnvPool(SCRIPTED, 3) as local:
+    with make_env_pool(SCRIPTED, 3) as local:
         assert local.balanced_slots(2) == [0, 1] and local.worker_slots(0) == range(3)
 
 
@@ -135,7 +178,7 @@ def test_a_call_interrupted_by_ctrl_c_leaves_a_usable_pool():
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    with EnvPool(SCRIPTED, 2, num_workers=1) as pool:
+    with make_env_pool(SCRIPTED, 2, num_workers=1) as pool:
         pool.reset_many([(0, 0, {"task_id": "hang"}), (1, 0, {"task_id": "ok-0"})])
         previous = signal.signal(signal.SIGALRM, interrupt)
         try:
@@ -151,20 +194,20 @@ def test_a_call_interrupted_by_ctrl_c_leaves_a_usable_pool():
 
 
 def test_in_process_pool_and_start_errors():
-    with EnvPool(SCRIPTED, 2) as pool:  # num_workers=0: same API, no processes
+    with make_env_pool(SCRIPTED, 2) as pool:  # num_workers=0: same API, no processes
         pool.reset_many([(0, 0, {"task_id": "raise"}), (1, 0, {"task_id": "ok-0"})])
         error, ok = pool.step_many([(0, "a"), (1, "b")])
         assert isinstance(error, EnvError) and error.type == "RuntimeError" and ok[2] is True
         assert pool.worker_pids() == []
     with pytest.raises(RuntimeError, match="could not build 'math' envs: ValueError: unknown split 'nope'"):
-        EnvPool("math", 2, num_workers=1, env_kwargs={"split": "nope"})
+        make_env_pool("math", 2, num_workers=1, env_kwargs={"split": "nope"})
 
 
 def test_workers_exit_when_the_parent_dies():
     script = (
         "import os, signal, sys\n"
-        "from hp_agent.envs.vector import EnvPool\n"
-        f"pool = EnvPool({SCRIPTED!r}, 2, num_workers=2)\n"
+        "from hp_agent.envs.vector import make_env_pool\n"
+        f"pool = make_env_pool({SCRIPTED!r}, 2, num_workers=2)\n"
         "print(*pool.worker_pids(), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
