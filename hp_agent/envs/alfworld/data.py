@@ -1,10 +1,24 @@
 """Where the official ALFWorld game files are, and which games each split holds.
 
 The data root is the folder that holds ``json_2.1.1/`` (and ``logic/``), the same
-folder ``$ALFWORLD_DATA`` names for ALFWorld itself. :func:`find_data_root` looks, in
-order, at ``$ALFWORLD_DATA``, then at the project's shared tarball
-(``<shared>/data/alfworld_json_2.1.1_official.tar.gz``, unpacked once into the
-hp_agent cache). Nothing from the data is ever copied into the repository.
+folder ``$ALFWORLD_DATA`` names for ALFWorld itself. Nothing from the data is ever
+copied into the repository. Lookup order (the first that applies wins; docs/alfworld_data.md
+says the same):
+
+1. ``data_root`` given explicitly: the env kwarg (``env.kwargs.data_root`` in a config,
+   ``AlfworldEnv(data_root=...)``), a folder holding ``json_2.1.1/`` or the official
+   tarball. An explicit value that holds no games is an error, never skipped.
+2. ``$ALFWORLD_DATA``, when it holds ``json_2.1.1/`` (checked for content: importing
+   alfworld sets it to ``~/.cache/alfworld`` whenever it is unset).
+3. ``$HP_AGENT_ALFWORLD_TARBALL``: the official tarball (``alfworld_json_2.1.1_official.tar.gz``),
+   unpacked once into ``<cache>/alfworld_data``; set but missing is an error.
+4. The cache: ``<cache>/alfworld_data`` (``<cache>`` = ``$HP_AGENT_CACHE``, else
+   ``~/.cache/hp_agent``), where an earlier unpack left the games.
+5. The shared folder's tarball, ``<shared>/data/alfworld_json_2.1.1_official.tar.gz``, unpacked
+   once into the cache. ``<shared>`` is ``$HP_AGENT_SHARED``; unset, and only in a source
+   checkout (``pyproject.toml`` beside the ``hp_agent`` package, outside site-packages), it
+   is ``<checkout>/../shared``: the development fallback. An installed wheel never derives
+   a data path from where its code lies.
 
 Splits: ``train`` (the official ``train`` folder when present, else the 200-game
 ``valid_train`` sample), ``id`` = ``valid_seen`` (140 games), ``ood`` =
@@ -24,12 +38,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import hp_agent
-from hp_agent.paths import cache_root
+from hp_agent.paths import cache_root, source_checkout
 
 JSON_FOLDER = "json_2.1.1"
 TARBALL_NAME = "alfworld_json_2.1.1_official.tar.gz"
 GAME_FILE = "game.tw-pddl"
+CACHE_FOLDER = "alfworld_data"  # under the hp_agent cache: where a tarball is unpacked
+TARBALL_SETTING = "HP_AGENT_ALFWORLD_TARBALL"
 
 # ALFWorld's six task types (alfred_tw_env.TASK_TYPES) and the short names we report.
 TASK_TYPES: dict[str, str] = {
@@ -78,25 +93,36 @@ class GameInfo:
     split: str
 
 
-def shared_dir() -> Path:
-    """The project's shared folder: ``$HP_AGENT_SHARED``, else ``<repo root>/../shared``."""
+def shared_dir() -> Path | None:
+    """The project's shared folder: ``$HP_AGENT_SHARED``; unset, ``<checkout>/../shared`` in a
+    source checkout, and None in an installed package (no path is derived from its location)."""
     override = os.environ.get("HP_AGENT_SHARED")
     if override:
         return Path(override).expanduser()
-    return Path(hp_agent.__file__).resolve().parents[1].parent / "shared"
+    checkout = source_checkout()
+    return None if checkout is None else checkout.parent / "shared"
 
 
-def shared_tarball() -> Path:
-    """Where the shared copy of the official game files is expected."""
-    return shared_dir() / "data" / TARBALL_NAME
+def shared_tarball() -> Path | None:
+    """Where the shared copy of the official game files is expected (None: no shared folder)."""
+    shared = shared_dir()
+    return None if shared is None else shared / "data" / TARBALL_NAME
+
+
+def cached_root() -> Path:
+    """Where a tarball of the official games is unpacked: ``<cache>/alfworld_data``."""
+    return cache_root() / CACHE_FOLDER
 
 
 def _holds_games(root: Path) -> bool:
     return (root / JSON_FOLDER).is_dir()
 
 
-def unpack_once(tarball: Path, target: Path, member: str, expect: str) -> Path:
+def unpack_once(tarball: Path, target: Path, member: str | None, expect: str) -> Path:
     """Unpack ``tarball``'s top folder ``member`` to ``target`` unless ``target/expect`` exists.
+
+    ``member=None``: the folder of the tarball that holds ``expect`` (its top, or one or two
+    folders down), whatever the tarball calls it.
 
     Into a temporary folder beside ``target``, then one rename, so a reader never sees a
     half-unpacked tree and two processes unpacking at once both end with a complete copy.
@@ -108,9 +134,14 @@ def unpack_once(tarball: Path, target: Path, member: str, expect: str) -> Path:
     try:
         with tarfile.open(tarball, "r:gz") as archive:
             archive.extractall(staging, filter="data")
-        unpacked = staging / member
+        if member is None:
+            holders = [folder for folder in (staging, *sorted(staging.glob("*")), *sorted(staging.glob("*/*")))
+                       if (folder / expect).exists()]
+            unpacked = holders[0] if holders else staging
+        else:
+            unpacked = staging / member
         if not (unpacked / expect).exists():
-            raise AlfworldDataError(f"{tarball} does not hold {member}/{expect}")
+            raise AlfworldDataError(f"{tarball} does not hold {member or '*'}/{expect}")
         try:
             os.rename(unpacked, target)
         except OSError:
@@ -122,47 +153,80 @@ def unpack_once(tarball: Path, target: Path, member: str, expect: str) -> Path:
     return target
 
 
+def unpack_tarball(tarball: str | Path, setting: str = "tarball") -> Path:
+    """The data root of a tarball of ALFWorld games, unpacked once into ``<cache>/alfworld_data``.
+
+    ``setting`` names where the path came from, for the error when it is no file.
+    """
+    tarball = Path(tarball).expanduser()
+    if not tarball.is_file():
+        raise AlfworldDataError(f"{setting}: no such file: {tarball}; point it at the official ALFWorld "
+                                f"tarball ({TARBALL_NAME}) or unset it")
+    return unpack_once(tarball, cached_root(), None, JSON_FOLDER)
+
+
 def find_data_root() -> Path | None:
     """The folder holding ``json_2.1.1/``, or None when no copy of the data is found.
 
-    ``$ALFWORLD_DATA`` wins when it holds ``json_2.1.1``; else the shared tarball is
-    unpacked (once) into ``<cache>/alfworld_data/``.
+    In the order of the module docstring, less its step 1 (an explicit ``data_root``, see
+    :func:`require_data_root`): ``$ALFWORLD_DATA``, ``$HP_AGENT_ALFWORLD_TARBALL``, the cache,
+    the shared tarball.
     """
     # Checked for content, not presence: importing alfworld sets ALFWORLD_DATA to
     # ~/.cache/alfworld whenever it is unset.
     override = os.environ.get("ALFWORLD_DATA")
     if override and _holds_games(Path(override).expanduser()):
         return Path(override).expanduser()
-    cached = cache_root() / "alfworld_data"
-    if _holds_games(cached):
-        return cached
-    tarball = shared_tarball()
-    if tarball.is_file():
-        return unpack_once(tarball, cached, "alfworld_data", JSON_FOLDER)
+    named = os.environ.get(TARBALL_SETTING)
+    if named:
+        return unpack_tarball(named, f"${TARBALL_SETTING}")
+    if _holds_games(cached_root()):
+        return cached_root()
+    shared = shared_tarball()
+    if shared is not None and shared.is_file():
+        return unpack_tarball(shared)
     return None
 
 
 def missing_data_message() -> str:
     """Where :func:`find_data_root` looked and how to provide the data."""
     override = os.environ.get("ALFWORLD_DATA")
-    looked = [f"$ALFWORLD_DATA={override!r} (no {JSON_FOLDER}/ in it)" if override else "$ALFWORLD_DATA (not set)",
-              f"{cache_root() / 'alfworld_data'} (the hp_agent cache)",
-              f"{shared_tarball()} (the shared tarball; set $HP_AGENT_SHARED to move it)"]
-    return (
-        "ALFWorld game files not found. Looked at:\n  " + "\n  ".join(looked) + "\n"
-        "Fix: run `alfworld-download` where internet is available (it fills ~/.cache/alfworld) and "
-        "`export ALFWORLD_DATA=~/.cache/alfworld`, or point ALFWORLD_DATA at any folder holding "
-        f"{JSON_FOLDER}/ (e.g. the unpacked {TARBALL_NAME})."
-    )
+    shared = shared_tarball()
+    if shared is None:
+        shared_line = ("$HP_AGENT_SHARED (not set; an installed hp_agent has no default shared folder, "
+                       "only a source checkout falls back to <checkout>/../shared)")
+    else:
+        how = "$HP_AGENT_SHARED" if os.environ.get("HP_AGENT_SHARED") else "the source checkout's ../shared"
+        shared_line = f"{shared} (the shared tarball, from {how})"
+    looked = [
+        "env kwarg data_root (not given)",
+        f"$ALFWORLD_DATA={override!r} (no {JSON_FOLDER}/ in it)" if override else "$ALFWORLD_DATA (not set)",
+        f"${TARBALL_SETTING} (not set)",
+        f"{cached_root()} (the hp_agent cache; $HP_AGENT_CACHE moves it)",
+        shared_line,
+    ]
+    fixes = [
+        f"`export ALFWORLD_DATA=DIR`, DIR holding {JSON_FOLDER}/ (e.g. the unpacked {TARBALL_NAME}, or "
+        "~/.cache/alfworld after `alfworld-download` where internet is available)",
+        f"`export {TARBALL_SETTING}=PATH/{TARBALL_NAME}` (unpacked once into the cache)",
+        "the env kwarg data_root, a folder or the tarball (`'env.kwargs={data_root: PATH}'`)",
+        "`export HP_AGENT_SHARED=DIR`, DIR/data holding the tarball",
+    ]
+    return ("ALFWorld game files not found. Looked at, in order:\n  " + "\n  ".join(looked)
+            + "\nFix, any one of:\n  " + "\n  ".join(fixes))
 
 
 def require_data_root(data_root: str | Path | None = None) -> Path:
-    """``data_root`` checked, or the found one; raises :class:`AlfworldDataError` if none."""
+    """``data_root`` checked (a folder holding ``json_2.1.1/``, or a tarball of one, unpacked
+    once into the cache), or the found one; raises :class:`AlfworldDataError` if none."""
     if data_root is not None:
         root = Path(data_root).expanduser()
+        if root.is_file():
+            return unpack_tarball(root, "data_root")
         if not _holds_games(root):
             raise AlfworldDataError(f"data_root {str(root)!r} holds no {JSON_FOLDER}/ folder; "
-                                    f"pass the folder that contains {JSON_FOLDER}/ (ALFWorld's $ALFWORLD_DATA)")
+                                    f"pass the folder that contains {JSON_FOLDER}/ (ALFWorld's $ALFWORLD_DATA) "
+                                    f"or the tarball {TARBALL_NAME}")
         return root
     root = find_data_root()
     if root is None:
