@@ -44,12 +44,11 @@ def train(
     steps: Optional[int] = typer.Option(None, help="Training steps."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
     name: Optional[str] = typer.Option(None, help="Run folder name under trainer.run_dir."),
-    resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder from its last checkpoint."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder from its last checkpoint, with its saved config and any overrides given."),
     backend: Optional[str] = typer.Option(None, help="Rollout backend: hf or vllm (vllm needs .venv-vllm: `make test-vllm`)."),
 ) -> None:
     """Train a policy (no options: HP-RLVR on ALFWorld's train games with the embedded tiny model)."""
     _quiet_libraries()
-    from hp_agent.config import load_config
     from hp_agent.trainer import TrainingError
     from hp_agent.trainer import train as run_training
 
@@ -60,13 +59,7 @@ def train(
     flags += [f"trainer.name={name}"] if name else []
     flags += [f"model.backend={backend}"] if backend else []
     try:
-        if resume is not None:
-            if not (resume / "config.yaml").is_file():
-                _fail(f"{str(resume)!r} is not a run folder (no config.yaml)")
-            cfg = load_config(resume / "config.yaml", flags + list(overrides or []))
-        else:
-            cfg = load_config(config, flags + list(overrides or []))
-        summary = run_training(cfg, resume=resume)
+        summary = run_training(config, resume=resume, overrides=flags + list(overrides or []))
     except (*USER_ERRORS, TrainingError) as error:
         _fail(str(error))
         return

@@ -1,9 +1,10 @@
 """Split evaluation: Avg@k, Pass@k (unbiased), per-task-type success, 95% intervals.
 
-A model policy plays through :func:`hp_agent.rollout.collect`; a scripted ALFWorld
-policy (``scripted="walkthrough" | "expert" | "random"``, no model loaded) plays through
-the same env API with :func:`hp_agent.envs.alfworld.scripted.play_episodes`. Both give
-trajectories, scored the same way.
+A :class:`Player` plays the episodes: a model through :func:`hp_agent.rollout.collect`,
+or a scripted ALFWorld policy (``scripted="walkthrough" | "expert" | "random"``, no model
+loaded) through the same env API with :func:`hp_agent.envs.alfworld.scripted.play_episodes`.
+Both give trajectories, scored the same way. What differs between envs (the held-out
+split, the order of task types, how to prepare only N tasks) the env class says.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
+from contextlib import ExitStack, closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from rich.progress import Progress
 
-from hp_agent.envs import make
-from hp_agent.envs.alfworld.data import SHORT_TASK_TYPES
+from hp_agent.envs import TextEnv, env_factory, make
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
 from hp_agent.runs import atomic_write_text
@@ -127,14 +130,10 @@ def change_lines(before: EvalResult, after: EvalResult, alpha: float = 0.01) -> 
     return lines
 
 
-def _type_order(task_type: str) -> tuple[int, str]:
-    # ALFWorld's task types in their usual table order, anything else alphabetically after.
-    order = SHORT_TASK_TYPES.index(task_type) if task_type in SHORT_TASK_TYPES else len(SHORT_TASK_TYPES)
-    return order, task_type
-
-
-def score(trajectories: list[Trajectory], env: str, split: str, samples: int, policy: str = "") -> EvalResult:
-    """Aggregate trajectories (``group`` = task index) into an :class:`EvalResult`."""
+def score(trajectories: list[Trajectory], env: str, split: str, samples: int, policy: str = "",
+          task_type_order: tuple[str, ...] = ()) -> EvalResult:
+    """Aggregate trajectories (``group`` = task index) into an :class:`EvalResult`; task
+    types are reported in ``task_type_order``, any others alphabetically after."""
     by_task: dict[int, list[Trajectory]] = defaultdict(list)
     for trajectory in trajectories:
         by_task[trajectory.group].append(trajectory)
@@ -145,7 +144,7 @@ def score(trajectories: list[Trajectory], env: str, split: str, samples: int, po
         type_tasks[group[0].task_type] += 1
     successes = [float(t.success) for t in trajectories]
     turns = [turn for t in trajectories for turn in t.turns]
-    types = sorted(type_success, key=_type_order)
+    types = sorted(type_success, key=lambda t: (task_type_order.index(t) if t in task_type_order else len(task_type_order), t))
     avg_at_k = sum(successes) / max(len(successes), 1)
     return EvalResult(
         env=env,
@@ -167,9 +166,55 @@ def score(trajectories: list[Trajectory], env: str, split: str, samples: int, po
     )
 
 
-# The held-out split each built-in env is scored on when none is named; other envs get
-# their factory's default split.
-DEFAULT_EVAL_SPLITS = {"alfworld": "id", "math": "test", "code": "test"}
+class Player(Protocol):
+    """What plays an evaluation's episodes: a model through :func:`~hp_agent.rollout.collect`,
+    or a scripted policy that answers from the env's state (no model)."""
+
+    label: str
+
+    def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
+        """Play ``episodes`` in order, episode ``i`` seeded ``seed + i``; ``on_done(n)`` after n finish."""
+        ...
+
+
+@dataclass
+class ModelPlayer:
+    policy: Policy
+    envs: list[TextEnv]
+    env_name: str
+    sampling: SamplingParams
+    max_turns: int | None
+    label: str
+
+    def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
+        trajectories: list[Trajectory] = []
+        # Sampling draws from torch's generator: seed it so that an evaluation repeats
+        # exactly, and fork it so that the caller's stream (a training run's) is untouched.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for start in range(0, len(episodes), len(self.envs)):
+                chunk = episodes[start : start + len(self.envs)]
+                trajectories += collect(self.policy, self.envs, self.env_name, chunk, self.sampling, self.max_turns,
+                                        seed=seed + start)
+                on_done(len(chunk))
+        return trajectories
+
+
+@dataclass
+class ScriptedPlayer:
+    name: str
+    env: TextEnv  # plays here with one worker; with more, each worker builds its own from env_kwargs
+    env_name: str
+    env_kwargs: dict
+    workers: int
+    label: str
+
+    def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
+        from hp_agent.envs.alfworld.scripted import Job, play_episodes
+
+        jobs = [Job(episode.task_id, episode.group, seed + i) for i, episode in enumerate(episodes)]
+        return play_episodes(self.env, self.env_kwargs, self.name, jobs, env_name=self.env_name, workers=self.workers,
+                             on_done=lambda _: on_done(1))
 
 
 def evaluate(
@@ -191,74 +236,42 @@ def evaluate(
 ) -> EvalResult:
     """Play every task of a split ``samples`` times in a fixed order and score it.
 
-    ``split`` defaults to the env's held-out split (ALFWorld ``id``, math ``test``).
-    ``scripted`` names a scripted ALFWorld policy (walkthrough, expert, random): no model
-    is loaded and ``model``/``policy``/``sampling`` are ignored; it plays in ``workers``
-    processes. Episode ``i`` (task-major order) is seeded ``seed + i`` either way.
-    ``max_turns`` caps a model's episode below the env's own step limit (CPU-scale runs).
+    ``split`` defaults to the env's held-out ``eval_split`` (ALFWorld ``id``, math and
+    code ``test``). ``scripted`` names a scripted ALFWorld policy (walkthrough, expert,
+    random): no model is loaded and ``model``/``policy``/``sampling`` are ignored; it plays
+    in ``workers`` processes. Episode ``i`` (task-major order) is seeded ``seed + i``
+    either way. ``max_turns`` caps a model's episode below the env's own step limit.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
+    factory = env_factory(env)
     kwargs = dict(env_kwargs or {})
-    split = split or kwargs.get("split") or DEFAULT_EVAL_SPLITS.get(env)
-    if env == "alfworld" and limit:
-        # The same type-balanced prefix as task_ids()[:limit]; synthesized games are then
-        # built only for the games played.
-        kwargs.setdefault("num_games", limit)
+    split = split or kwargs.get("split") or getattr(factory, "eval_split", None)
     if split is not None:
         kwargs["split"] = split
-    if scripted is not None:
-        from hp_agent.envs.alfworld.scripted import make_scripted
+    limit_argument = getattr(factory, "limit_argument", None)
+    if limit and limit_argument:
+        kwargs.setdefault(limit_argument, limit)  # the same prefix as task_ids()[:limit], and no more prepared
+    with ExitStack() as stack:
+        if scripted is not None:
+            from hp_agent.envs.alfworld.scripted import make_scripted
 
-        make_scripted(scripted)  # a bad name fails before any env is built
-        first = make(env, **kwargs)
+            make_scripted(scripted)  # a bad name fails before any env is built
+            first = stack.enter_context(closing(make(env, **kwargs)))
+            player: Player = ScriptedPlayer(scripted, first, env, kwargs, workers, f"scripted:{scripted}")
+        else:
+            label = type(policy).__name__ if policy is not None else str(model or "tiny")
+            policy = policy if policy is not None else load_policy(model or "tiny")
+            envs = [stack.enter_context(closing(make(env, **kwargs))) for _ in range(parallel_envs)]
+            first = envs[0]
+            player = ModelPlayer(policy, envs, env, sampling or SamplingParams(), max_turns, label)
         task_ids = first.task_ids()[:limit] if limit else first.task_ids()
-        trajectories = _play_scripted(first, env, kwargs, scripted, task_ids, samples, seed, workers, progress)
-        label = f"scripted:{scripted}"
-    else:
-        label = type(policy).__name__ if policy is not None else str(model or "tiny")
-        policy = policy if policy is not None else load_policy(model or "tiny")
-        envs = [make(env, **kwargs) for _ in range(parallel_envs)]
-        try:
-            task_ids = envs[0].task_ids()[:limit] if limit else envs[0].task_ids()
-            trajectories = _play_model(policy, envs, env, split, task_ids, samples, sampling, parallel_envs, seed,
-                                       progress, max_turns)
-        finally:
-            for instance in envs:
-                instance.close()
-    result = score(trajectories, env, str(split), samples, policy=label)
+        episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
+        with Progress(disable=not progress, transient=True) as bar:
+            job = bar.add_task(f"eval {env}/{split} ({player.label})", total=len(episodes))
+            trajectories = player.play(episodes, seed, lambda n: bar.advance(job, n))
+    result = score(trajectories, env, str(split), samples, policy=player.label,
+                   task_type_order=getattr(factory, "task_type_order", ()))
     if output is not None:
         atomic_write_text(Path(output), result.to_json())
     return result
-
-
-def _play_model(policy: Policy, envs: list, env: str, split: str | None, task_ids: list[str], samples: int,
-                sampling: SamplingParams | None, parallel_envs: int, seed: int, progress: bool,
-                max_turns: int | None) -> list[Trajectory]:
-    episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
-    sampling = sampling or SamplingParams()
-    trajectories: list[Trajectory] = []
-    # Sampling draws from torch's generator: seed it so that an evaluation repeats
-    # exactly, and fork it so that the caller's stream (a training run's) is untouched.
-    with torch.random.fork_rng(devices=[]), Progress(disable=not progress, transient=True) as bar:
-        torch.manual_seed(seed)
-        job = bar.add_task(f"eval {env}/{split}", total=len(episodes))
-        for start in range(0, len(episodes), parallel_envs):
-            chunk = episodes[start : start + parallel_envs]
-            trajectories += collect(policy, envs, env, chunk, sampling, max_turns, seed=seed + start)
-            bar.advance(job, len(chunk))
-    return trajectories
-
-
-def _play_scripted(first, env: str, kwargs: dict, scripted: str, task_ids: list[str], samples: int, seed: int,
-                   workers: int, progress: bool) -> list[Trajectory]:
-    from hp_agent.envs.alfworld.scripted import Job, play_episodes
-
-    jobs = [Job(task_id, g, seed + g * samples + k) for g, task_id in enumerate(task_ids) for k in range(samples)]
-    with Progress(disable=not progress, transient=True) as bar:
-        job = bar.add_task(f"eval {env}/{kwargs.get('split')} ({scripted})", total=len(jobs))
-        try:
-            return play_episodes(first, kwargs, scripted, jobs, env_name=env, workers=workers,
-                                 on_done=lambda _: bar.advance(job))
-        finally:
-            first.close()

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
-from hp_agent.envs.vector import EnvPool
+from hp_agent.envs.vector import EnvPool, make_env_pool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
 from hp_agent.policies import Policy, SamplingParams, load_policy
@@ -143,31 +143,75 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     }
 
 
-def _rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+@dataclass
+class TrainState:
+    """What a checkpoint restores beside the weights and the optimizer, so that a resumed
+    run continues as if it had never stopped: the step, the historical baseline, the task
+    order, the random generators and the gradient-record counts."""
+
+    step: int
+    baseline: HistoricalBaseline
+    sampler: TaskSampler
+    totals: dict[str, int] = field(default_factory=lambda: {"zero_grad_records": 0, "grad_records": 0, "nonfinite_in_a_row": 0})
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "baseline": self.baseline.state_dict(),
+            "sampler": (self.sampler.epoch, self.sampler.position),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "totals": dict(self.totals),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.totals = state["step"], dict(state["totals"])
+        self.baseline.load_state_dict(state["baseline"])
+        self.sampler.epoch, self.sampler.position = state["sampler"]
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
 
 
-def _set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+@dataclass
+class RunLogs:
+    """The run's JSONL logs; a resumed run first drops what was logged after its checkpoint."""
+
+    metrics: MetricsWriter
+    grad_norms: JsonlLog
+    trajectories: JsonlLog | None
+
+    @classmethod
+    def open(cls, run_dir: Path, save_trajectories: bool, resume_step: int | None, resources: ExitStack) -> RunLogs:
+        def log(path: Path) -> JsonlLog:
+            return resources.enter_context(closing(JsonlLog(path, resume_step=resume_step)))
+
+        metrics = resources.enter_context(closing(MetricsWriter(run_dir, resume_step=resume_step)))
+        return cls(metrics, log(run_dir / "grad_norms.jsonl"), log(run_dir / "trajectories.jsonl") if save_trajectories else None)
 
 
-def train(config: TrainConfig | dict | str | Path | None = None, resume: str | Path | None = None, progress: bool = True) -> RunSummary:
-    """Train a policy as ``config`` says; with ``resume`` (a run folder), continue that run."""
+def train(
+    config: TrainConfig | dict | str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: bool = True,
+    overrides: list[str] | None = None,
+) -> RunSummary:
+    """Train a policy as ``config`` says (then dotted ``overrides``, e.g. ``learner.lr=1e-4``).
+
+    With ``resume`` (a run folder), continue that run from its last checkpoint; its saved
+    config is used unless ``config`` is given.
+    """
     if resume is not None:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
             raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no config.yaml)")
-        saved = load_config(run_dir / "config.yaml")
-        config = saved if config is None else _as_config(config)
+        config = _as_config(run_dir / "config.yaml" if config is None else config, overrides)
+        checkpoint = latest_checkpoint(run_dir)
     else:
-        config = _as_config(config)
+        config = _as_config(config, overrides)
         name = config.trainer.name or f"{config.env.name}-{config.algo.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        run_dir = Path(config.trainer.run_dir) / name
+        run_dir, checkpoint = Path(config.trainer.run_dir) / name, None
         if (run_dir / "config.yaml").exists():
             raise FileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
-    checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     # Env workers and log files are closed however the run ends (an error mid-step too).
     with ExitStack() as resources:
         return _train(config, run_dir, checkpoint, resume is not None, progress, resources)
@@ -175,116 +219,88 @@ def train(config: TrainConfig | dict | str | Path | None = None, resume: str | P
 
 def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming: bool, progress: bool,
            resources: ExitStack) -> RunSummary:
-    # --- seeding and set-up ---------------------------------------------------------
-    torch.set_num_threads(config.trainer.torch_threads)
-    random.seed(config.trainer.seed)
-    np.random.seed(config.trainer.seed)
-    torch.manual_seed(config.trainer.seed)
+    # --- set-up: envs, policy, learner, the resumable state, logs --------------------
+    _seed_everything(config.trainer.seed, config.trainer.torch_threads)
     group_size = config.algo.rollouts_per_prompt
-    envs = resources.enter_context(EnvPool(
-        config.env.name,
-        num_envs=config.trainer.prompts_per_step * group_size,
-        num_workers=config.env.num_workers,
-        env_kwargs=config.env.kwargs,
-        step_timeout=config.env.step_timeout,
-        reset_timeout=config.env.reset_timeout,
-    ))
-    model_name = str(checkpoint / "model") if checkpoint else config.model.name
-    policy = load_policy(model_name, config.model.dtype, config.model.device, config.model.enable_thinking,
-                         backend=config.model.backend, prefix_cache_tokens=config.model.prefix_cache_tokens)
+    envs = resources.enter_context(_env_pool(config, num_envs=config.trainer.prompts_per_step * group_size))
+    model = config.model.model_copy(update={"name": str(checkpoint / "model")}) if checkpoint else config.model
+    policy = load_policy(model.name, model.dtype, model.device, model.enable_thinking, backend=model.backend,
+                         prefix_cache_tokens=model.prefix_cache_tokens)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
     save_config(config, run_dir / "config.yaml")
-    baseline = HistoricalBaseline(rate=config.baseline.rate, initial=config.baseline.initial, prior_weight=config.baseline.prior_weight)
+    learner = Learner.from_config(policy, config)
+    state = TrainState(0, HistoricalBaseline(**config.baseline.model_dump()), TaskSampler(envs.task_ids(), config.trainer.seed))
+    if checkpoint is not None:
+        optimizer_state, saved = load_checkpoint_state(checkpoint)
+        learner.optimizer.load_state_dict(optimizer_state)
+        state.load_state_dict(saved)
+    logs = RunLogs.open(run_dir, config.trainer.save_trajectories, state.step if resuming else None, resources)
     rule = config.algo.rule
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
-    learner = Learner.from_config(policy, config)
-    sampler = TaskSampler(envs.task_ids(), config.trainer.seed)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
     scoring = ScoringOptions.from_config(config)
-    start_step, totals = 0, {"zero_grad_records": 0, "grad_records": 0, "nonfinite_in_a_row": 0}
-    if checkpoint is not None:
-        optimizer_state, state = load_checkpoint_state(checkpoint)
-        learner.optimizer.load_state_dict(optimizer_state)
-        baseline.load_state_dict(state["baseline"])
-        sampler.epoch, sampler.position = state["sampler"]
-        _set_rng_state(state["rng"])
-        start_step, totals = state["step"], state["totals"]
-    resume_step = start_step if resuming else None
-    metrics_log = resources.enter_context(closing(MetricsWriter(run_dir, resume_step=resume_step)))
-    grad_log = resources.enter_context(closing(JsonlLog(run_dir / "grad_norms.jsonl", resume_step=resume_step)))
-    trajectory_log = (
-        resources.enter_context(closing(JsonlLog(run_dir / "trajectories.jsonl", resume_step=resume_step)))
-        if config.trainer.save_trajectories
-        else None
-    )
-    hindsight_phase = "time/hindsight" if rule.hindsight else "time/replay"
-    summary = RunSummary(run_dir=run_dir, steps=start_step)
+    summary = RunSummary(run_dir=run_dir, steps=state.step)
 
     # --- the loop ------------------------------------------------------------------
     columns = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}")]
     with Progress(*columns, disable=not progress) as bar:
-        job = bar.add_task("", total=config.trainer.steps, completed=start_step)
-        for step in range(start_step, config.trainer.steps):
+        job = bar.add_task("", total=config.trainer.steps, completed=state.step)
+        for step in range(state.step, config.trainer.steps):
             step_start, cpu_start = time.perf_counter(), _cpu_seconds(envs)
             times = PhaseTimes()
 
             # 1. rollout: P prompts, G samples each
-            task_ids = sampler.take(config.trainer.prompts_per_step)
+            task_ids = state.sampler.take(config.trainer.prompts_per_step)
             episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(group_size)]
-            trajectories = collect(
-                policy,
-                envs,
-                config.env.name,
-                episodes,
-                sampling,
-                config.rollout.max_turns,
-                seed=config.trainer.seed + step * len(episodes),
-                times=times,
-                chat_history=config.rollout.chat_history,
-            )
+            trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
+                                   seed=config.trainer.seed + step * len(episodes), times=times,
+                                   chat_history=config.rollout.chat_history)
 
             # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot
             started = time.perf_counter()
             scores = score_trajectories(policy, trajectories, scoring, with_hindsight=rule.hindsight)
-            times.add(hindsight_phase, time.perf_counter() - started)
+            times.add("time/hindsight" if rule.hindsight else "time/replay", time.perf_counter() - started)
 
-            # 3. credit, then 4. the policy update
+            # 3. credit (then the baseline's update), 4. the policy update
             format_masks = answer_format_masks(policy, trajectories, envs.answer_format)
-            samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, baseline, format_masks)
+            samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, state.baseline, format_masks)
             started = time.perf_counter()
             records = learner.step(samples)
             times.add("time/train", time.perf_counter() - started)
             # vllm: copy the updated weights into the rollout engine; hf shares the learner's model (0 s).
             times.add("time/weight_sync", policy.sync_weights())
 
-            # 5. bookkeeping
-            train_metrics = _account_grad_records(records, totals, step, grad_log, config.learner.max_nonfinite_steps)
-            if trajectory_log is not None:
-                for trajectory in trajectories:
-                    trajectory_log.write({"step": step, **trajectory.to_dict()})
+            # 5. bookkeeping: logs, then a checkpoint every checkpoint_every steps and at the end
+            train_metrics = _account_grad_records(records, state.totals, step, logs.grad_norms, config.learner.max_nonfinite_steps)
+            for trajectory in trajectories if logs.trajectories is not None else ():
+                logs.trajectories.write({"step": step, **trajectory.to_dict()})
             total = time.perf_counter() - step_start
             metrics = {**rollout_metrics(trajectories), **credit_metrics, **train_metrics, **times.seconds}
             metrics["time/residual"] = max(total - sum(times.seconds.values()), 0.0)
             metrics["time/total"] = total
             metrics["cpu/step_s"] = max(_cpu_seconds(envs) - cpu_start, 0.0)  # a restarted worker restarts its count
-            metrics_log.write(step, metrics)
-            summary.steps, summary.final_metrics = step + 1, metrics
-
-            if (step + 1) % config.trainer.checkpoint_every == 0 or step + 1 == config.trainer.steps:
-                state = {
-                    "step": step + 1,
-                    "baseline": baseline.state_dict(),
-                    "sampler": (sampler.epoch, sampler.position),
-                    "rng": _rng_state(),
-                    "totals": dict(totals),
-                }
-                summary.checkpoint = save_checkpoint(
-                    run_dir, step + 1, policy.model, policy.tokenizer, learner.optimizer, state, config.trainer.keep_checkpoints
-                )
+            logs.metrics.write(step, metrics)
+            state.step = summary.steps = step + 1
+            summary.final_metrics = metrics
+            if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
+                summary.checkpoint = save_checkpoint(run_dir, state.step, policy.model, policy.tokenizer, learner.optimizer,
+                                                     state.state_dict(), config.trainer.keep_checkpoints)
             bar.update(job, advance=1, description=f"reward {metrics['rollout/reward_mean']:.3f}  {total:.1f}s/step")
-    summary.zero_grad_records, summary.grad_records = totals["zero_grad_records"], totals["grad_records"]
+    summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)
     return summary
+
+
+def _seed_everything(seed: int, torch_threads: int) -> None:
+    torch.set_num_threads(torch_threads)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _env_pool(config: TrainConfig, num_envs: int) -> EnvPool:
+    return make_env_pool(config.env.name, num_envs=num_envs, num_workers=config.env.num_workers, env_kwargs=config.env.kwargs,
+                         step_timeout=config.env.step_timeout, reset_timeout=config.env.reset_timeout)
 
 
 def _cpu_seconds(envs: EnvPool) -> float:
@@ -319,11 +335,9 @@ def _account_grad_records(
     return metrics
 
 
-def _as_config(config: TrainConfig | dict | str | Path | None) -> TrainConfig:
-    if config is None:
-        return TrainConfig()
+def _as_config(config: TrainConfig | dict | str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     if isinstance(config, TrainConfig):
-        return config
+        return load_config(base=config.model_dump(), overrides=overrides) if overrides else config
     if isinstance(config, dict):
-        return load_config(base=config)
-    return load_config(config)
+        return load_config(base=config, overrides=overrides)
+    return load_config(config, overrides)

@@ -1,4 +1,5 @@
-"""Before/after comparison of evaluations: the one-sided test and what `eval --baseline` prints."""
+"""Scoring an evaluation (Avg@k, Pass@k, intervals, task types) and comparing two: the
+one-sided test and what `eval --baseline` prints."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import math
 
 import pytest
 
-from hp_agent.evaluate import EvalResult, change_lines, improvement_p_value, wilson_interval
+from hp_agent.evaluate import EvalResult, change_lines, improvement_p_value, pass_at_k, score, wilson_interval
+from hp_agent.trajectory import Trajectory
 
 
 def _result(successes: int, tasks: int, samples: int = 1, split: str = "test") -> EvalResult:
@@ -50,3 +52,22 @@ def test_change_lines_refuse_different_tasks() -> None:
         change_lines(_result(50, 100), _result(40, 80))
     with pytest.raises(ValueError, match="split is 'test'.*'train'"):
         change_lines(_result(50, 100), _result(50, 100, split="train"))
+
+
+def test_score_counts_avg_and_pass_at_k_per_task_and_orders_task_types() -> None:
+    """3 tasks x 8 samples: task 0 wins 3 of 8, task 1 none, task 2 all. Avg@8 pools the
+    24 episodes; Pass@8 and the interval count the 3 tasks; types follow the env's order."""
+    wins = {0: 3, 1: 0, 2: 8}
+    kinds = {0: "stdin", 1: "function", 2: "stdin"}
+    trajectories = [Trajectory("code", f"t{g}", kinds[g], group=g, success=k < wins[g], reward=float(k < wins[g]))
+                    for g in wins for k in range(8)]
+    result = score(trajectories, "code", "test", 8, task_type_order=("stdin", "function"))
+    assert (result.tasks, result.samples, result.episodes, result.successes) == (3, 8, 24, 11)
+    assert result.avg_at_k == pytest.approx(11 / 24) == pytest.approx(sum(pass_at_k(8, c, 1) for c in wins.values()) / 3)
+    assert result.pass_at_k == pytest.approx(2 / 3)
+    assert result.success_ci95 == pytest.approx(wilson_interval(11 / 24 * 3, 3))
+    assert list(result.per_task_type) == ["stdin", "function"]
+    assert result.per_task_type == {"stdin": pytest.approx(11 / 16), "function": 0.0}
+    assert result.per_task_type_tasks == {"stdin": 2, "function": 1}
+    reordered = score(trajectories, "code", "test", 8)  # no order given: alphabetical
+    assert list(reordered.per_task_type) == ["function", "stdin"]

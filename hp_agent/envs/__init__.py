@@ -52,6 +52,14 @@ def _resolve(factory: EnvFactory | str) -> EnvFactory:
     return getattr(import_module(module_name), attr)
 
 
+def env_factory(name: str) -> EnvFactory:
+    """The registered factory of env ``name`` (usually its class), without building it."""
+    _load_entry_points()
+    if name not in _REGISTRY:
+        raise LookupError(f"unknown env {name!r}; registered envs: {', '.join(list_envs())}")
+    return _resolve(_REGISTRY[name])
+
+
 def check_kwargs(name: str, factory: EnvFactory, kwargs: dict) -> None:
     """Refuse an argument ``factory`` does not take, naming it and the valid ones, before
     anything is built (a TypeError from deep inside a constructor names neither)."""
@@ -69,10 +77,7 @@ def check_kwargs(name: str, factory: EnvFactory, kwargs: dict) -> None:
 
 def make(name: str, **kwargs) -> TextEnv:
     """Build env ``name`` with ``kwargs`` passed to its factory."""
-    _load_entry_points()
-    if name not in _REGISTRY:
-        raise LookupError(f"unknown env {name!r}; registered envs: {', '.join(list_envs())}")
-    factory = _resolve(_REGISTRY[name])
+    factory = env_factory(name)
     check_kwargs(name, factory, kwargs)
     env = factory(**kwargs)
     if not isinstance(env, TextEnv):
@@ -86,4 +91,4 @@ register("code", "hp_agent.envs.code:CodeEnv")
 register("keys", "hp_agent.envs.toy:KeysEnv")
 register("keystep", "hp_agent.envs.toy:KeyStepEnv")
 
-__all__ = ["TextEnv", "list_envs", "make", "register", "text_space"]
+__all__ = ["TextEnv", "env_factory", "list_envs", "make", "register", "text_space"]

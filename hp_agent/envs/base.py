@@ -66,12 +66,21 @@ class TextEnv(gym.Env[str, str]):
     rollout puts before each observation, or ``None``) and ``answer_format`` (a regular
     expression matching the answer's markup, e.g. ``<action>`` tags, so that the trainer
     can log the credit of format tokens apart from content tokens).
+
+    Evaluation reads three more: ``eval_split`` (the held-out split scored when none is
+    named; ``None``: the constructor's default), ``task_type_order`` (the order results per
+    task type are reported in; others follow alphabetically) and ``limit_argument`` (the
+    constructor argument that builds only the first N tasks, so that an evaluation of N
+    tasks prepares no more; ``None`` when building all is cheap).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     system_prompt: ClassVar[str | None] = None
     answer_format: ClassVar[str | None] = None
+    eval_split: ClassVar[str | None] = None
+    task_type_order: ClassVar[tuple[str, ...]] = ()
+    limit_argument: ClassVar[str | None] = None
     max_turns: int = 1
 
     def __init__(self, max_observation_chars: int = 200_000, max_action_chars: int = 32_768):

@@ -147,6 +147,7 @@ class KeysEnv(TextEnv):
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     # Actions are bare words: no markup to tell apart from content.
     answer_format: ClassVar[str | None] = None
+    eval_split: ClassVar[str | None] = "test"  # colour sets never seen in training
 
     def __init__(self, split: str = "train", num_boxes: int = 3, invalid_cost: float = 0.1,
                  demo_mistakes: float = 0.0, demo_episodes: int = 1, demo_seed: int = 0, seed: int = 0):
@@ -296,6 +297,7 @@ class KeyStepEnv(SingleStepTaskEnv):
     system_prompt: ClassVar[str | None] = "Choose the best action: open, next or use key."
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     answer_format: ClassVar[str | None] = None
+    eval_split: ClassVar[str | None] = "test"  # colour sets never seen in training
     _tasks: dict[str, StepTask]
 
     def __init__(self, split: str = "train", num_boxes: int = 3, invalid_cost: float = 0.1,

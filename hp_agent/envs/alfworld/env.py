@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hp_agent.envs.alfworld.data import (
+    SHORT_TASK_TYPES,
     GameInfo,
     interleave_by_type,
     list_games,
@@ -167,6 +168,9 @@ class AlfworldEnv(TextEnv):
     system_prompt: ClassVar[str | None] = None
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 10.0)
     answer_format: ClassVar[str | None] = r"</?action>|</?think>"
+    eval_split: ClassVar[str | None] = "id"
+    task_type_order: ClassVar[tuple[str, ...]] = SHORT_TASK_TYPES
+    limit_argument: ClassVar[str | None] = "num_games"  # synthesized games are built on first use
     # Prompts for the tokenizer corpus: games played and steps taken per game.
 
     def __init__(self, split: str = "train", source: str = "auto", data_root: str | Path | None = None,
