@@ -123,8 +123,10 @@ class SingleStepTaskEnv(TextEnv):
     """One step per episode over a table of tasks, each with ``id``, ``question``,
     ``task_type`` and ``difficulty`` (math, code): the table, ``reset`` and the
     one-step guard. Subclasses check their options (:meth:`_check_options`), then call
-    :meth:`_set_tasks`, and grade in ``step`` after :meth:`_take_step`."""
+    :meth:`_set_tasks`, and grade in ``step`` after :meth:`_take_step`. Their held-out
+    split is ``test``."""
 
+    eval_split: ClassVar[str | None] = "test"
     max_turns = 1
 
     @staticmethod
@@ -147,6 +149,15 @@ class SingleStepTaskEnv(TextEnv):
     def task(self, task_id: str) -> Any:
         """The task ``task_id``, reference included (never shown to the policy)."""
         return find_task(self._tasks, task_id, self)
+
+    @classmethod
+    def corpus_texts(cls) -> Iterator[str]:
+        """The system prompt, then each built-in train task's question and demonstration."""
+        if cls.system_prompt:
+            yield cls.system_prompt
+        for question, answer in cls(split="train").demonstrations():
+            yield question
+            yield answer
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode on ``options["task_id"]``, else the seed's task, else a random one."""

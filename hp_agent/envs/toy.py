@@ -297,7 +297,6 @@ class KeyStepEnv(SingleStepTaskEnv):
     system_prompt: ClassVar[str | None] = "Choose the best action: open, next or use key."
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     answer_format: ClassVar[str | None] = None
-    eval_split: ClassVar[str | None] = "test"  # colour sets never seen in training
     _tasks: dict[str, StepTask]
 
     def __init__(self, split: str = "train", num_boxes: int = 3, invalid_cost: float = 0.1,

@@ -43,9 +43,7 @@ class CodeEnv(SingleStepTaskEnv):
     system_prompt: ClassVar[str | None] = (
         "Solve the programming problem in Python 3. Reply with the complete program in one ```python code block."
     )
-    reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     answer_format: ClassVar[str | None] = r"```(?:python|py)?"
-    eval_split: ClassVar[str | None] = "test"
     _tasks: dict[str, CodeTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,
@@ -87,12 +85,3 @@ class CodeEnv(SingleStepTaskEnv):
         for task in self._tasks.values():
             if task.solution:
                 yield task.question, demonstration(task)
-
-    @classmethod
-    def corpus_texts(cls) -> Iterator[str]:
-        """The system prompt, then each built-in train question and its demonstration."""
-        if cls.system_prompt:
-            yield cls.system_prompt
-        for task in builtin_tasks("train", DEFAULT_SIZES["train"]):
-            yield task.question
-            yield demonstration(task)

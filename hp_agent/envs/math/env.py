@@ -31,9 +31,7 @@ class MathEnv(SingleStepTaskEnv):
     system_prompt: ClassVar[str | None] = (
         "Solve the math problem. Reason step by step, then give the final answer as \\boxed{answer}."
     )
-    reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     answer_format: ClassVar[str | None] = r"\\boxed\{|\}"
-    eval_split: ClassVar[str | None] = "test"
     _tasks: dict[str, MathTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,
@@ -70,12 +68,3 @@ class MathEnv(SingleStepTaskEnv):
         for task in self._tasks.values():
             if task.solution:
                 yield task.question, task.solution
-
-    @classmethod
-    def corpus_texts(cls) -> Iterator[str]:
-        """The system prompt, then each built-in train question and its worked solution."""
-        if cls.system_prompt:
-            yield cls.system_prompt
-        for task in builtin_tasks("train", DEFAULT_SIZES["train"]):
-            yield task.question
-            yield task.solution
