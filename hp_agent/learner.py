@@ -31,6 +31,7 @@ import torch
 
 from hp_agent.batching import span_hidden_states, token_budget_batches
 from hp_agent.credit import chunked_logprobs
+from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, sum_gradients
 from hp_agent.policies import Policy
 
 if TYPE_CHECKING:
@@ -128,8 +129,10 @@ class Learner:
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
         clip_ratio_c: float | None = 3.0,
+        ranks: Ranks = SINGLE,
     ):
         self.policy = policy
+        self.ranks = ranks
         self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.temperature = temperature
@@ -139,31 +142,40 @@ class Learner:
         self.pad_id = policy.tokenizer.pad_token_id or 0
 
     @classmethod
-    def from_config(cls, policy: Policy, config: TrainConfig) -> Learner:
+    def from_config(cls, policy: Policy, config: TrainConfig, ranks: Ranks = SINGLE) -> Learner:
         """The learner a training run's ``learner`` and ``algo`` sections describe."""
         section = config.learner
         return cls(policy, lr=section.lr, clip_eps_low=config.algo.clip_eps_low, clip_eps_high=config.algo.clip_eps_high,
                    clip_ratio_c=config.algo.clip_ratio_c, temperature=config.rollout.temperature,
                    max_grad_norm=section.max_grad_norm, micro_batch_tokens=section.micro_batch_tokens,
-                   mini_batch_size=section.mini_batch_size, weight_decay=section.weight_decay, betas=section.betas)
+                   mini_batch_size=section.mini_batch_size, weight_decay=section.weight_decay, betas=section.betas,
+                   ranks=ranks)
 
     def _project(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.policy.project(hidden) / self.temperature
 
     def step(self, trajectories: list[list[TrainingSample]]) -> list[StepRecord]:
         """Learn from one rollout batch (each trajectory's turns as samples): one
-        optimizer step per ``mini_batch_size`` trajectories, in order."""
+        optimizer step per ``mini_batch_size`` trajectories, in order. With several ranks
+        the order is the global one (rank 0's trajectories first): a rank learns from its
+        part of each mini-batch, possibly none, and the step is the one a single process
+        would take on the whole batch."""
+        counts = all_gather(len(trajectories), self.ranks)
+        offset = sum(counts[: self.ranks.rank])
         records = []
-        for start in range(0, len(trajectories), self.mini_batch_size):
-            samples = [s for turns in trajectories[start : start + self.mini_batch_size] for s in turns if s.num_action_tokens > 0]
-            if samples:
-                records.append(self._optimizer_step(samples))
+        for start in range(0, sum(counts), self.mini_batch_size):
+            mine = trajectories[max(start - offset, 0) : max(start + self.mini_batch_size - offset, 0)]
+            samples = [s for turns in mine for s in turns if s.num_action_tokens > 0]
+            num_eligible = int(all_reduce_sum([sum(s.num_action_tokens for s in samples)], self.ranks)[0])
+            if num_eligible:
+                records.append(self._optimizer_step(samples, num_eligible))
         return records
 
-    def _optimizer_step(self, samples: list[TrainingSample]) -> StepRecord:
+    def _optimizer_step(self, samples: list[TrainingSample], num_eligible: int) -> StepRecord:
+        """One AdamW step on ``samples``; ``num_eligible``: the mini-batch's action tokens
+        over all ranks, the loss's normalizer. ``metrics`` describe this rank's part."""
         self.policy.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        num_eligible = sum(s.num_action_tokens for s in samples)
         total_loss, metric_sums = 0.0, {}
         for batch in token_budget_batches([len(s.input_ids) for s in samples], self.micro_batch_tokens):
             micro = [samples[i] for i in batch]
@@ -186,7 +198,10 @@ class Learner:
             loss.backward()
             total_loss += loss.item()
             add_metrics(metric_sums, metrics, logprobs.numel() / num_eligible)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.max_grad_norm))
+        trainable = [p for p in self.policy.model.parameters() if p.requires_grad]
+        sum_gradients(trainable, self.ranks)
+        total_loss = all_reduce_sum([total_loss], self.ranks)[0]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm))
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
             return StepRecord(total_loss, grad_norm, True, metric_sums)

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
+from hp_agent.distributed import SINGLE, Ranks, all_gather
 from hp_agent.envs.vector import EnvPool, make_env_pool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
@@ -65,16 +66,14 @@ class TaskSampler:
 
 
 def credit_batch(
-    trajectories: list[Trajectory], scores: list[TrajectoryScores], baseline: HistoricalBaseline, with_weights: bool
+    trajectories: list[Trajectory], scores: list[TrajectoryScores], baselines: list[float], with_weights: bool
 ) -> CreditBatch:
-    """The flat tensors a credit rule reads; every baseline is read before any update."""
+    """The flat tensors a credit rule reads; ``baselines[i]``: trajectory i's b, read before any update."""
     turns = [(i, turn) for i, traj in enumerate(trajectories) for turn in traj.turns]
-    tasks = [(t.env, t.task_type, t.task_id) for t in trajectories]
-    rewards = [t.reward for t in trajectories]
     token_turn = torch.cat([torch.full((len(turn.action_ids),), k, dtype=torch.long) for k, (_, turn) in enumerate(turns)])
     return CreditBatch(
-        rewards=torch.tensor(rewards, dtype=torch.float32),
-        baselines=torch.tensor(baseline.batch_values(tasks, rewards), dtype=torch.float32),
+        rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
+        baselines=torch.tensor(baselines, dtype=torch.float32),
         groups=torch.tensor([t.group for t in trajectories], dtype=torch.long),
         turn_trajectory=torch.tensor([i for i, _ in turns], dtype=torch.long),
         turn_shaping=torch.tensor([turn.shaping for _, turn in turns], dtype=torch.float32),
@@ -90,21 +89,28 @@ def assign_credit(
     options: CreditOptions,
     baseline: HistoricalBaseline,
     format_masks: list[list[list[bool]]] | None = None,
+    ranks: Ranks = SINGLE,
 ) -> tuple[list[list[TrainingSample]], dict[str, float]]:
     """Token credit for every turn of every usable trajectory (DESIGN.md steps 5-6), then
     the baseline update. Returns the learner's samples, one list of turns per trajectory.
 
     ``format_masks[i][t]`` marks answer-format tokens of turn t of trajectory i (for the
-    credit breakdown; all content when absent).
+    credit breakdown; all content when absent). With several ``ranks``, the baseline is
+    read for and updated with every rank's trajectories in rank order, so that its state,
+    and the credit, do not depend on how the batch was split.
     """
     usable = [k for k, t in enumerate(trajectories) if not t.errored and any(turn.action_ids for turn in t.turns)]
-    if not usable:
-        return [], {}
     kept = [trajectories[k] for k in usable]
-    batch = credit_batch(kept, [scores[k] for k in usable], baseline, rule.hindsight)
+    outcomes = all_gather([(t.env, t.task_type, t.task_id, t.reward) for t in kept], ranks)
+    everyone = [outcome for part in outcomes for outcome in part]
+    offset = sum(len(part) for part in outcomes[: ranks.rank])
+    baselines = baseline.batch_values([o[:3] for o in everyone], [o[3] for o in everyone])[offset : offset + len(kept)]
+    for env, task_type, task_id, reward in everyone:
+        baseline.update(env, task_type, task_id, reward)
+    if not kept:
+        return [], {}
+    batch = credit_batch(kept, [scores[k] for k in usable], baselines, rule.hindsight)
     credit, metrics = rule.fn(batch, options)
-    for traj in kept:
-        baseline.update(traj.env, traj.task_type, traj.task_id, traj.reward)
     turns = [turn for traj in kept for turn in traj.turns]
     if format_masks is None:
         format_masks = [[[False] * len(turn.action_ids) for turn in t.turns] for t in trajectories]

@@ -1,0 +1,60 @@
+"""One training step's credit and update on this rank's share of a fixed global batch.
+
+Run by tests/test_distributed.py under ``torchrun --nproc-per-node 2`` (and with no
+torchrun, as one process on the whole batch): ``python tests/dist_step.py BATCH OUT``.
+BATCH holds the trajectories and their scores (made once by the test); each process
+writes its updated weights, baseline state and records to ``OUT/rank<r>.pt``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+import hp_agent
+from hp_agent.credit import CreditOptions, HistoricalBaseline, credit_rule
+from hp_agent.distributed import init_from_env, shard
+from hp_agent.learner import Learner
+from hp_agent.policies import load_policy
+from hp_agent.trainer import assign_credit
+
+LEARNER = dict(lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1.0,
+               micro_batch_tokens=4096, mini_batch_size=3)
+
+
+class TiedOrNot(hp_agent.TextEnv):
+    """Task ``tied``: every episode wins. Task ``split``: an episode wins when its seed is odd."""
+
+    def task_ids(self):
+        return ["tied", "split"]
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.task, self.seed = options["task_id"], seed
+        return f"Task {self.task}.", {"task_id": self.task, "task_type": self.task}
+
+    def step(self, action):
+        won = self.task == "tied" or self.seed % 2 == 1
+        return "", float(won), True, False, {"verdict": hp_agent.Verdict(float(won), "", won)}
+
+
+def main(batch_path: str, out: str) -> None:
+    torch.set_num_threads(1)
+    ranks = init_from_env("cpu")
+    batch = torch.load(batch_path, weights_only=False)
+    trajectories, scores = shard(batch["trajectories"], ranks), shard(batch["scores"], ranks)
+    policy = load_policy("tiny")
+    learner = Learner(policy, **LEARNER, ranks=ranks)
+    baseline = HistoricalBaseline()
+    samples, metrics = assign_credit(trajectories, scores, credit_rule(batch["algo"]), CreditOptions(), baseline,
+                                     ranks=ranks)
+    records = learner.step(samples)
+    torch.save({"weights": policy.model.state_dict(), "baseline": baseline.state_dict(), "metrics": metrics,
+                "grad_norms": [r.grad_norm for r in records], "losses": [r.loss for r in records]},
+               Path(out) / f"rank{ranks.rank}.pt")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

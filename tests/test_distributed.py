@@ -1,0 +1,77 @@
+"""Data parallel on torch.distributed (gloo, two CPU processes under torchrun): a step on
+two ranks is the step one process takes on the same global batch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import hp_agent
+from hp_agent.credit import credit_rule
+from hp_agent.distributed import SINGLE, Ranks, shard
+from hp_agent.hindsight import ScoringOptions, score_trajectories
+from hp_agent.policies import SamplingParams, load_policy
+from hp_agent.rollout import Episode, collect
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dist_step import TiedOrNot  # noqa: E402
+
+pytestmark = pytest.mark.slow
+STEP = Path(__file__).parent / "dist_step.py"
+
+
+def _fixed_batch(tmp_path: Path, algo: str) -> Path:
+    """8 real trajectories of the tiny model (2 prompts x 4, rewards 1,1,1,1 and 0,1,0,1)
+    and their scores, saved for every process to read."""
+    group_size = 4
+    policy = load_policy("tiny")
+    episodes = [Episode(task, group=g) for g, task in enumerate(["tied", "split"]) for _ in range(group_size)]
+    envs = [TiedOrNot() for _ in episodes]
+    torch.manual_seed(0)
+    trajectories = collect(policy, envs, "tied-or-not", episodes, SamplingParams(max_new_tokens=6), 1, seed=0)
+    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=credit_rule(algo).hindsight)
+    path = tmp_path / "batch.pt"
+    torch.save({"trajectories": trajectories, "scores": scores, "algo": algo}, path)
+    return path
+
+
+def _run(command: list[str], out: Path) -> None:
+    out.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("algo", ["hp-rlvr", "grpo"])
+def test_two_ranks_take_the_step_one_process_takes(tmp_path, algo):
+    batch = _fixed_batch(tmp_path, algo)
+    _run([sys.executable, str(STEP), str(batch), str(tmp_path / "one")], tmp_path / "one")
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(STEP), str(batch),
+          str(tmp_path / "two")], tmp_path / "two")
+    one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=False)
+    rank0, rank1 = (torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    start = load_policy("tiny").model.state_dict()
+    # 8 trajectories in mini-batches of 3: the second one spans both ranks.
+    assert len(one["grad_norms"]) == len(rank0["grad_norms"]) == len(rank1["grad_norms"]) == 3
+    assert rank0["grad_norms"] == pytest.approx(one["grad_norms"], rel=1e-4)
+    assert rank0["losses"] == pytest.approx(one["losses"], rel=1e-4, abs=1e-7)
+    moved = 0
+    for name, weight in one["weights"].items():
+        assert torch.equal(rank0["weights"][name], rank1["weights"][name]), name  # ranks stay in lockstep
+        assert torch.allclose(rank0["weights"][name], weight, atol=1e-6), name
+        moved += int(not torch.equal(weight, start[name]))
+    assert moved > 0  # the step changed the model, so equality says something
+    assert rank0["baseline"] == rank1["baseline"] == one["baseline"]
+
+
+def test_shard_is_contiguous_and_refuses_an_uneven_split():
+    items = list(range(6))
+    assert [shard(items, Ranks(r, 2)) for r in (0, 1)] == [[0, 1, 2], [3, 4, 5]]
+    assert shard(items, SINGLE) == items
+    with pytest.raises(ValueError, match="6 items do not split evenly over 4 ranks"):
+        shard(items, Ranks(0, 4))
