@@ -1,4 +1,4 @@
-"""``hp-agent`` commands: train, eval, compare, sft, data, envs."""
+"""``hp-agent`` commands: train, eval, compare, sft, merge-lora, data, envs."""
 
 from __future__ import annotations
 
@@ -46,8 +46,12 @@ def train(
     name: Optional[str] = typer.Option(None, help="Run folder name under trainer.run_dir."),
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder from its last checkpoint, with its saved config and any overrides given."),
     backend: Optional[str] = typer.Option(None, help="Rollout backend: hf or vllm (vllm needs .venv-vllm: `make test-vllm`)."),
+    lora_rank: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank instead of every weight (model.lora_rank; 0: full fine-tuning)."),
+    nproc: int = typer.Option(1, min=1, help="Data-parallel processes on this machine: runs `torchrun --standalone --nproc-per-node N -m hp_agent train ...` (each plays trainer.prompts_per_step / N prompts a step)."),
 ) -> None:
     """Train a policy (no options: HP-RLVR on ALFWorld's train games with the embedded tiny model)."""
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        raise typer.Exit(_launch_ranks(nproc))
     _quiet_libraries()
     from hp_agent.trainer import TrainingError
     from hp_agent.trainer import train as run_training
@@ -58,6 +62,7 @@ def train(
     flags += [f"trainer.steps={steps}"] if steps is not None else []
     flags += [f"trainer.name={name}"] if name else []
     flags += [f"model.backend={backend}"] if backend else []
+    flags += [f"model.lora_rank={lora_rank}"] if lora_rank is not None else []
     try:
         summary = run_training(config, resume=resume, overrides=flags + list(overrides or []))
     except (*USER_ERRORS, TrainingError) as error:
@@ -75,6 +80,24 @@ def train(
     table.add_row("zero-gradient records", str(summary.zero_grad_records))
     table.add_row("checkpoint", str(summary.checkpoint))
     console.print(table)
+
+
+def _launch_ranks(nproc: int) -> int:
+    """This same command under torchrun with ``nproc`` ranks; returns its exit code."""
+    import subprocess
+    import sys
+
+    arguments, skip = [], False
+    for argument in sys.argv[1:]:
+        if skip or argument.startswith("--nproc="):
+            skip = False
+            continue
+        skip = argument == "--nproc"
+        if not skip:
+            arguments.append(argument)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "hp_agent",
+               *arguments]
+    return subprocess.run(command).returncode
 
 
 @app.command("eval")
@@ -340,6 +363,23 @@ def _alfred_folder(path: Path) -> Path:
     if not path.is_dir():
         raise FileNotFoundError(f"--from-alfred {str(path)!r} is neither a folder nor a .tar.gz")
     return path
+
+
+@app.command("merge-lora")
+def merge_lora(
+    adapter: Path = typer.Argument(..., help="A LoRA run folder (its latest checkpoint) or a checkpoint's adapter folder."),
+    out: Path = typer.Option(..., help="Folder to write the merged model to (must not exist or be empty)."),
+) -> None:
+    """Merge a LoRA adapter into its base model: a plain Hugging Face folder that transformers, vLLM and eval load."""
+    _quiet_libraries()
+    from hp_agent.lora import merge_adapter
+
+    try:
+        folder = merge_adapter(adapter, out)
+    except USER_ERRORS as error:
+        _fail(str(error))
+        return
+    console.print(f"merged model written to {folder}")
 
 
 @app.command()

@@ -50,6 +50,22 @@ class ModelConfig(_Section):
         "starting with them (the next turn of a chat-history episode) runs only its new tokens; 0 turns reuse off. "
         "vllm caches prefixes in its own KV cache.",
     )
+    lora_rank: int = Field(
+        0,
+        ge=0,
+        description="LoRA rank r (peft): train only a low-rank adapter on lora_target_modules, the base weights frozen; "
+        "checkpoints then hold the adapter alone, loaded back (merged) by eval and `hp-agent merge-lora`. 0: full fine-tuning.",
+    )
+    lora_alpha: float | None = Field(
+        None, gt=0.0, description="LoRA scaling alpha (the update is alpha / r * B A); default none: 2 * lora_rank."
+    )
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA branch's input while training.")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        description="Names of the linear layers that get an adapter (peft target_modules); default: Qwen3's attention "
+        "and MLP projections.",
+    )
 
 
 class AlgoConfig(_Section):

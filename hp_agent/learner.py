@@ -133,7 +133,8 @@ class Learner:
     ):
         self.policy = policy
         self.ranks = ranks
-        self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
+        trainable = [p for p in policy.model.parameters() if p.requires_grad]  # LoRA: the adapter's only
+        self.optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.temperature = temperature
         self.max_grad_norm = max_grad_norm

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from hp_agent.lora import is_peft_model
+
 CHECKPOINT_PREFIX = "step_"
 
 
@@ -136,7 +138,8 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int,
 ) -> Path:
-    """Write checkpoint ``step`` (model as a Hugging Face folder) and point ``latest`` at it.
+    """Write checkpoint ``step`` (model as a Hugging Face folder; a LoRA model's adapter
+    alone, see :mod:`hp_agent.lora`) and point ``latest`` at it.
 
     ``state`` holds the trainer state (step, baseline, RNG). The checkpoint is built in
     a temporary folder and renamed into place, then older ones beyond ``keep`` go.
@@ -144,7 +147,10 @@ def save_checkpoint(
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    # A LoRA model writes its adapter alone; its embeddings are never resized, so peft need not
+    # look the base up on the hub to compare vocabulary sizes.
+    options = {"save_embedding_layers": False} if is_peft_model(model) else {}
+    model.save_pretrained(tmp / "model", safe_serialization=True, **options)
     tokenizer.save_pretrained(tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(state, tmp / "state.pt")  # written last: its presence marks a complete checkpoint

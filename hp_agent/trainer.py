@@ -21,10 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
-from hp_agent.distributed import SINGLE, Ranks, all_gather
+from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, barrier, init_from_env, shard
 from hp_agent.envs.vector import EnvPool, make_env_pool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
+from hp_agent.lora import maybe_apply_lora
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.rollout import Episode, PhaseTimes, collect
 from hp_agent.runs import JsonlLog, MetricsWriter, latest_checkpoint, load_checkpoint_state, save_checkpoint
@@ -160,34 +161,52 @@ class TrainState:
     sampler: TaskSampler
     totals: dict[str, int] = field(default_factory=lambda: {"zero_grad_records": 0, "grad_records": 0, "nonfinite_in_a_row": 0})
 
-    def state_dict(self) -> dict:
+    def state_dict(self, ranks: Ranks = SINGLE) -> dict:
+        """The state; every rank's random generators (each samples its own episodes)."""
+        own_rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
         return {
             "step": self.step,
             "baseline": self.baseline.state_dict(),
             "sampler": (self.sampler.epoch, self.sampler.position),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "rng": all_gather(own_rng, ranks),
             "totals": dict(self.totals),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, ranks: Ranks = SINGLE) -> None:
+        if len(state["rng"]) != ranks.world_size:
+            raise ValueError(f"the checkpoint was written by {len(state['rng'])} ranks; resume it with as many, "
+                             f"not {ranks.world_size}")
         self.step, self.totals = state["step"], dict(state["totals"])
         self.baseline.load_state_dict(state["baseline"])
         self.sampler.epoch, self.sampler.position = state["sampler"]
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
+        rng = state["rng"][ranks.rank]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+
+
+class _Discard:
+    """A log that keeps nothing: what ranks other than 0 write to."""
+
+    def write(self, *record: object) -> None:
+        pass
 
 
 @dataclass
 class RunLogs:
-    """The run's JSONL logs; a resumed run first drops what was logged after its checkpoint."""
+    """The run's JSONL logs; a resumed run first drops what was logged after its checkpoint.
+    Only rank 0 writes; the others get logs that discard."""
 
-    metrics: MetricsWriter
-    grad_norms: JsonlLog
-    trajectories: JsonlLog | None
+    metrics: MetricsWriter | _Discard
+    grad_norms: JsonlLog | _Discard
+    trajectories: JsonlLog | _Discard | None
 
     @classmethod
-    def open(cls, run_dir: Path, save_trajectories: bool, resume_step: int | None, resources: ExitStack) -> RunLogs:
+    def open(cls, run_dir: Path, save_trajectories: bool, resume_step: int | None, resources: ExitStack,
+             ranks: Ranks = SINGLE) -> RunLogs:
+        if not ranks.is_main:
+            return cls(_Discard(), _Discard(), _Discard() if save_trajectories else None)
+
         def log(path: Path) -> JsonlLog:
             return resources.enter_context(closing(JsonlLog(path, resume_step=resume_step)))
 
@@ -204,7 +223,8 @@ def train(
     """Train a policy as ``config`` says (then dotted ``overrides``, e.g. ``learner.lr=1e-4``).
 
     With ``resume`` (a run folder), continue that run from its last checkpoint; its saved
-    config is used unless ``config`` is given.
+    config is used unless ``config`` is given. Under ``torchrun`` every rank calls this:
+    each plays its share of a step's prompts, and rank 0 alone writes the run folder.
     """
     if resume is not None:
         run_dir = Path(resume)
@@ -216,31 +236,40 @@ def train(
         config = _as_config(config, overrides)
         name = config.trainer.name or f"{config.env.name}-{config.algo.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir, checkpoint = Path(config.trainer.run_dir) / name, None
-        if (run_dir / "config.yaml").exists():
-            raise FileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
+    ranks = init_from_env(config.model.device)
+    run_dir = all_gather(run_dir, ranks)[0]  # rank 0's clock names the run
+    # Rank 0 alone looks: it may already have made the folder when another rank got here.
+    if resume is None and ranks.is_main and (run_dir / "config.yaml").exists():
+        raise FileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
+    if config.trainer.prompts_per_step % ranks.world_size:
+        raise ValueError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} does not split evenly over "
+                         f"{ranks.world_size} ranks; use a multiple of {ranks.world_size}")
     # Env workers and log files are closed however the run ends (an error mid-step too).
     with ExitStack() as resources:
-        return _train(config, run_dir, checkpoint, resume is not None, progress, resources)
+        return _train(config, run_dir, checkpoint, resume is not None, progress and ranks.is_main, resources, ranks)
 
 
 def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming: bool, progress: bool,
-           resources: ExitStack) -> RunSummary:
+           resources: ExitStack, ranks: Ranks) -> RunSummary:
     # --- set-up: envs, policy, learner, the resumable state, logs --------------------
-    _seed_everything(config.trainer.seed, config.trainer.torch_threads)
+    _seed_everything(config.trainer.seed + ranks.rank, config.trainer.torch_threads)  # ranks sample apart
     group_size = config.algo.rollouts_per_prompt
-    envs = resources.enter_context(_env_pool(config, num_envs=config.trainer.prompts_per_step * group_size))
+    prompts_per_rank = config.trainer.prompts_per_step // ranks.world_size
+    envs = resources.enter_context(_env_pool(config, num_envs=prompts_per_rank * group_size))
     model = config.model.model_copy(update={"name": str(checkpoint / "model")}) if checkpoint else config.model
     policy = load_policy(model.name, model.dtype, model.device, model.enable_thinking, backend=model.backend,
                          prefix_cache_tokens=model.prefix_cache_tokens)
-    run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
-    save_config(config, run_dir / "config.yaml")
-    learner = Learner.from_config(policy, config)
+    policy = maybe_apply_lora(policy, model)  # model.lora_rank > 0: train an adapter only (resumes one)
+    if ranks.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
+        save_config(config, run_dir / "config.yaml")
+    learner = Learner.from_config(policy, config, ranks)
     state = TrainState(0, HistoricalBaseline(**config.baseline.model_dump()), TaskSampler(envs.task_ids(), config.trainer.seed))
     if checkpoint is not None:
         optimizer_state, saved = load_checkpoint_state(checkpoint)
         learner.optimizer.load_state_dict(optimizer_state)
-        state.load_state_dict(saved)
-    logs = RunLogs.open(run_dir, config.trainer.save_trajectories, state.step if resuming else None, resources)
+        state.load_state_dict(saved, ranks)
+    logs = RunLogs.open(run_dir, config.trainer.save_trajectories, state.step if resuming else None, resources, ranks)
     rule = config.algo.rule
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
@@ -255,12 +284,12 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             step_start, cpu_start = time.perf_counter(), _cpu_seconds(envs)
             times = PhaseTimes()
 
-            # 1. rollout: P prompts, G samples each
-            task_ids = state.sampler.take(config.trainer.prompts_per_step)
+            # 1. rollout: P prompts, G samples each (this rank's P / W of them; seeds as one process's)
+            task_ids = shard(state.sampler.take(config.trainer.prompts_per_step), ranks)
             episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(group_size)]
+            first_seed = config.trainer.seed + (step * ranks.world_size + ranks.rank) * len(episodes)
             trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
-                                   seed=config.trainer.seed + step * len(episodes), times=times,
-                                   chat_history=config.rollout.chat_history)
+                                   seed=first_seed, times=times, chat_history=config.rollout.chat_history)
 
             # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot
             started = time.perf_counter()
@@ -269,28 +298,35 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
 
             # 3. credit (then the baseline's update), 4. the policy update
             format_masks = answer_format_masks(policy, trajectories, envs.answer_format)
-            samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, state.baseline, format_masks)
+            samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, state.baseline, format_masks,
+                                                    ranks)
             started = time.perf_counter()
             records = learner.step(samples)
             times.add("time/train", time.perf_counter() - started)
             # vllm: copy the updated weights into the rollout engine; hf shares the learner's model (0 s).
             times.add("time/weight_sync", policy.sync_weights())
 
-            # 5. bookkeeping: logs, then a checkpoint every checkpoint_every steps and at the end
+            # 5. bookkeeping: logs (every rank's trajectories; rank 0's credit and times), then a
+            # checkpoint every checkpoint_every steps and at the end
             train_metrics = _account_grad_records(records, state.totals, step, logs.grad_norms, config.learner.max_nonfinite_steps)
-            for trajectory in trajectories if logs.trajectories is not None else ():
+            everyone = [t for part in all_gather(trajectories, ranks) for t in part] if ranks.enabled else trajectories
+            for trajectory in everyone if logs.trajectories is not None else ():
                 logs.trajectories.write({"step": step, **trajectory.to_dict()})
             total = time.perf_counter() - step_start
-            metrics = {**rollout_metrics(trajectories), **credit_metrics, **train_metrics, **times.seconds}
+            metrics = {**rollout_metrics(everyone), **credit_metrics, **train_metrics, **times.seconds}
             metrics["time/residual"] = max(total - sum(times.seconds.values()), 0.0)
             metrics["time/total"] = total
-            metrics["cpu/step_s"] = max(_cpu_seconds(envs) - cpu_start, 0.0)  # a restarted worker restarts its count
+            # a restarted worker restarts its count; with several ranks, all of them
+            metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds(envs) - cpu_start, 0.0)], ranks)[0]
             logs.metrics.write(step, metrics)
             state.step = summary.steps = step + 1
             summary.final_metrics = metrics
             if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
-                summary.checkpoint = save_checkpoint(run_dir, state.step, policy.model, policy.tokenizer, learner.optimizer,
-                                                     state.state_dict(), config.trainer.keep_checkpoints)
+                saved = state.state_dict(ranks)  # a collective: every rank takes part
+                if ranks.is_main:
+                    summary.checkpoint = save_checkpoint(run_dir, state.step, policy.model, policy.tokenizer,
+                                                         learner.optimizer, saved, config.trainer.keep_checkpoints)
+                barrier(ranks)  # no rank runs ahead of a checkpoint it may have to resume from
             bar.update(job, advance=1, description=f"reward {metrics['rollout/reward_mean']:.3f}  {total:.1f}s/step")
     summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)

@@ -17,6 +17,7 @@ from hp_agent.distributed import SINGLE, Ranks, shard
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
+from hp_agent.runs import read_jsonl_records
 
 sys.path.insert(0, str(Path(__file__).parent))
 from dist_step import TiedOrNot  # noqa: E402
@@ -67,6 +68,40 @@ def test_two_ranks_take_the_step_one_process_takes(tmp_path, algo):
         moved += int(not torch.equal(weight, start[name]))
     assert moved > 0  # the step changed the model, so equality says something
     assert rank0["baseline"] == rank1["baseline"] == one["baseline"]
+
+
+def _train(tmp_path: Path, name: str, *arguments: str) -> Path:
+    command = [sys.executable, "-m", "hp_agent", "train", "--nproc", "2", "--env", "keys", "--steps", "2",
+               f"trainer.run_dir={tmp_path}", f"trainer.name={name}", "trainer.prompts_per_step=4",
+               "trainer.checkpoint_every=1", "rollout.max_new_tokens=5", "learner.lr=1e-3", "learner.mini_batch_size=3",
+               *arguments]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return tmp_path / name
+
+
+def _step_metrics(run: Path, step: int) -> dict[str, float]:
+    record = read_jsonl_records(run / "metrics.jsonl")[step]
+    return {k: v for k, v in record.items() if not k.startswith(("time/", "cpu/"))}
+
+
+def test_two_rank_run_writes_one_folder_and_resumes_to_the_same_metrics(tmp_path):
+    whole = _train(tmp_path, "whole")
+    assert sorted(p.name for p in whole.iterdir() if not p.name.startswith("events.")) == [
+        "checkpoints", "config.yaml", "grad_norms.jsonl", "metrics.jsonl", "trajectories.jsonl"]
+    trajectories = read_jsonl_records(whole / "trajectories.jsonl")
+    assert [t["step"] for t in trajectories] == [0] * 4 + [1] * 4  # both ranks' episodes, logged once
+    assert [c.name for c in sorted((whole / "checkpoints").glob("step_*"))] == ["step_000001", "step_000002"]
+    state = torch.load(whole / "checkpoints" / "step_000002" / "state.pt", weights_only=False)
+    assert len(state["rng"]) == 2  # each rank's generators, to resume each where it stopped
+
+    stopped = _train(tmp_path, "stopped", "--steps", "1")
+    _train(tmp_path, "unused", "--resume", str(stopped), "trainer.steps=2")
+    assert not (tmp_path / "unused").exists()
+    assert [r["step"] for r in read_jsonl_records(stopped / "metrics.jsonl")] == [0, 1]
+    for step in (0, 1):
+        assert _step_metrics(stopped, step) == pytest.approx(_step_metrics(whole, step), rel=1e-5, abs=1e-7), step
 
 
 def test_shard_is_contiguous_and_refuses_an_uneven_split():

