@@ -13,7 +13,6 @@ from pathlib import Path
 
 import torch
 
-import hp_agent
 from hp_agent.credit import CreditOptions, HistoricalBaseline, credit_rule
 from hp_agent.distributed import init_from_env, shard
 from hp_agent.learner import Learner
@@ -22,22 +21,6 @@ from hp_agent.trainer import assign_credit
 
 LEARNER = dict(lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1.0,
                micro_batch_tokens=4096, mini_batch_size=3)
-
-
-class TiedOrNot(hp_agent.TextEnv):
-    """Task ``tied``: every episode wins. Task ``split``: an episode wins when its seed is odd."""
-
-    def task_ids(self):
-        return ["tied", "split"]
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.task, self.seed = options["task_id"], seed
-        return f"Task {self.task}.", {"task_id": self.task, "task_type": self.task}
-
-    def step(self, action):
-        won = self.task == "tied" or self.seed % 2 == 1
-        return "", float(won), True, False, {"verdict": hp_agent.Verdict(float(won), "", won)}
 
 
 def main(batch_path: str, out: str) -> None:

@@ -1,4 +1,4 @@
-"""Envs for tests/test_env_pool.py that misbehave on purpose.
+"""Envs for tests: ones that misbehave on purpose (tests/test_env_pool.py), and TiedOrNot.
 
 They live in an importable module (not in the test file) so that worker processes can
 build them from the spec ``"pool_envs:ScriptedEnv"``: pytest puts tests/ on ``sys.path``
@@ -67,3 +67,21 @@ class GrowingTurnsEnv(ScriptedEnv):
     def reset(self, seed=None, options=None):
         observation, info = super().reset(seed=seed, options=options)
         return observation, {**info, "max_turns": self.max_turns}
+
+
+class TiedOrNot(TextEnv):
+    """Task ``tied``: every episode wins. Task ``split``: an episode wins when its seed is
+    odd, so the 4 consecutive seeds of a GRPO group give rewards 0, 1, 0, 1 (for the
+    tests of GRPO's zero-gradient records and of data parallelism)."""
+
+    def task_ids(self):
+        return ["tied", "split"]
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.task, self.seed = options["task_id"], seed
+        return f"Task {self.task}.", {"task_id": self.task, "task_type": self.task}
+
+    def step(self, action):
+        won = self.task == "tied" or self.seed % 2 == 1
+        return "", float(won), True, False, {"verdict": Verdict(float(won), "", won)}

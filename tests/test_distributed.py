@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import hp_agent
 from hp_agent.credit import credit_rule
 from hp_agent.distributed import SINGLE, Ranks, shard
 from hp_agent.hindsight import ScoringOptions, score_trajectories
@@ -20,7 +19,7 @@ from hp_agent.rollout import Episode, collect
 from hp_agent.runs import read_jsonl_records
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dist_step import TiedOrNot  # noqa: E402
+from pool_envs import TiedOrNot  # noqa: E402
 
 pytestmark = pytest.mark.slow
 STEP = Path(__file__).parent / "dist_step.py"

@@ -55,27 +55,12 @@ def test_two_steps_write_a_complete_run_folder(tmp_path, algo):
     assert model_source(str(run)) == str(checkpoint / "model")  # a run folder evaluates its last weights
 
 
-class TiedOrNot(hp_agent.TextEnv):
-    """Task ``tied``: every episode wins. Task ``split``: an episode wins when its seed is
-    odd, so the 4 consecutive seeds of a GRPO group give rewards 0, 1, 0, 1."""
-
-    def task_ids(self):
-        return ["tied", "split"]
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.task, self.seed = options["task_id"], seed
-        return f"Task {self.task}.", {"task_id": self.task, "task_type": self.task}
-
-    def step(self, action):
-        won = self.task == "tied" or self.seed % 2 == 1
-        return "", float(won), True, False, {"verdict": hp_agent.Verdict(float(won), "", won)}
-
-
 def test_grpo_gives_a_tied_group_zero_gradients_and_a_split_group_none(tmp_path):
     """One step of 2 prompts, one trajectory per mini-batch: HP-RLVR logs 2 records,
     GRPO (G=4) 8; exactly the tied group's 4 records have a zero gradient (a group
     normalised against the batch, not itself, would give none)."""
+    from pool_envs import TiedOrNot  # tests/ is on sys.path
+
     hp_agent.register("tied-or-not", TiedOrNot, overwrite=True)
     learner = {"lr": 1e-4, "mini_batch_size": 1}
     runs = {}
