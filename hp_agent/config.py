@@ -153,6 +153,21 @@ class LearnerConfig(_Section):
     )
     micro_batch_tokens: int = Field(4096, ge=64, description="Padded tokens per forward/backward pass; gradients accumulate.")
     max_nonfinite_steps: int = Field(3, ge=1, description="Stop after this many consecutive steps with a non-finite loss.")
+    parallel: Literal["ddp", "fsdp2"] = Field(
+        "ddp",
+        description="With several ranks (torchrun, --nproc): ddp replicates the model on every rank and all-reduces "
+        "gradients; fsdp2 (torch fully_shard, one unit per decoder layer) shards weights, gradients and AdamW state "
+        "over the ranks and trains a copy whose full weights are gathered into the rollout model after each step.",
+    )
+    mixed_precision: bool = Field(
+        False,
+        description="Learner forward and backward in bfloat16 on float32 master weights, gradients and AdamW state "
+        "(autocast; fsdp2: its MixedPrecisionPolicy). With model.dtype=bfloat16 the learner trains a float32 copy and "
+        "the bfloat16 model rolls out.",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each decoder layer's activations in backward instead of keeping them."
+    )
 
 
 class TrainerConfig(_Section):

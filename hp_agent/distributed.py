@@ -9,7 +9,8 @@ step one process would take on the same global batch (rank 0's trajectories firs
 * a mini-batch is a run of ``mini_batch_size`` trajectories of the global order, so a
   rank may hold part of one or none of it, and its loss is normalised by the global
   count of eligible tokens (:func:`all_reduce_sum`);
-* gradients are summed over ranks before clipping and the optimizer step.
+* gradients are summed over ranks before clipping and the optimizer step, by DDP or
+  FSDP2 (:mod:`hp_agent.parallel`).
 
 Rank 0 alone writes the run folder. One process without torchrun is the W = 1 case:
 every function here is then a no-op.
@@ -79,18 +80,6 @@ def all_reduce_sum(values: list[float], ranks: Ranks) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(tensor)
     return tensor.tolist()
-
-
-def sum_gradients(parameters: list[torch.nn.Parameter], ranks: Ranks) -> None:
-    """Replace each parameter's gradient by its sum over ranks (a missing one counts as 0),
-    in one flat all-reduce."""
-    if not ranks.enabled:
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    for parameter, summed in zip(parameters, flat.split([g.numel() for g in grads])):
-        parameter.grad = summed.view_as(parameter).clone()
 
 
 def barrier(ranks: Ranks) -> None:

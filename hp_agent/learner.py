@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from hp_agent.batching import span_hidden_states, token_budget_batches
-from hp_agent.credit import chunked_logprobs
-from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, sum_gradients
+from hp_agent.batching import pad_right, token_budget_batches
+from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum
+from hp_agent.parallel import Parallel, TrainModel
 from hp_agent.policies import Policy
 
 if TYPE_CHECKING:
@@ -130,13 +131,15 @@ class Learner:
         betas: tuple[float, float] = (0.9, 0.999),
         clip_ratio_c: float | None = 3.0,
         ranks: Ranks = SINGLE,
+        parallel: Parallel = "ddp",
+        mixed_precision: bool = False,
+        activation_checkpointing: bool = False,
     ):
         self.policy = policy
         self.ranks = ranks
-        trainable = [p for p in policy.model.parameters() if p.requires_grad]  # LoRA: the adapter's only
-        self.optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=betas)
+        self.model = TrainModel(policy.model, temperature, ranks, parallel, mixed_precision, activation_checkpointing)
+        self.optimizer = torch.optim.AdamW(self.model.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
-        self.temperature = temperature
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
         self.mini_batch_size = mini_batch_size
@@ -150,59 +153,65 @@ class Learner:
                    clip_ratio_c=config.algo.clip_ratio_c, temperature=config.rollout.temperature,
                    max_grad_norm=section.max_grad_norm, micro_batch_tokens=section.micro_batch_tokens,
                    mini_batch_size=section.mini_batch_size, weight_decay=section.weight_decay, betas=section.betas,
-                   ranks=ranks)
+                   ranks=ranks, parallel=section.parallel, mixed_precision=section.mixed_precision,
+                   activation_checkpointing=section.activation_checkpointing)
 
-    def _project(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.policy.project(hidden) / self.temperature
+    def save(self, folder: Path) -> None:
+        """Write the optimizer's state (and a separate training copy's) into a checkpoint folder."""
+        self.model.save(folder, self.optimizer)
+
+    def load(self, folder: Path) -> None:
+        """Restore what :meth:`save` wrote into ``folder``."""
+        self.model.load(folder, self.optimizer)
 
     def step(self, trajectories: list[list[TrainingSample]]) -> list[StepRecord]:
         """Learn from one rollout batch (each trajectory's turns as samples): one
-        optimizer step per ``mini_batch_size`` trajectories, in order. With several ranks
-        the order is the global one (rank 0's trajectories first): a rank learns from its
-        part of each mini-batch, possibly none, and the step is the one a single process
-        would take on the whole batch."""
+        optimizer step per ``mini_batch_size`` trajectories, in order, then the policy's
+        model gets the new weights. With several ranks the order is the global one (rank
+        0's trajectories first): a rank learns from its part of each mini-batch, possibly
+        none, and the step is the one a single process would take on the whole batch."""
         counts = all_gather(len(trajectories), self.ranks)
         offset = sum(counts[: self.ranks.rank])
         records = []
         for start in range(0, sum(counts), self.mini_batch_size):
             mine = trajectories[max(start - offset, 0) : max(start + self.mini_batch_size - offset, 0)]
             samples = [s for turns in mine for s in turns if s.num_action_tokens > 0]
-            num_eligible = int(all_reduce_sum([sum(s.num_action_tokens for s in samples)], self.ranks)[0])
+            micro_batches = [[samples[i] for i in batch]
+                             for batch in token_budget_batches([len(s.input_ids) for s in samples], self.micro_batch_tokens)]
+            parts = all_gather((sum(s.num_action_tokens for s in samples), len(micro_batches)), self.ranks)
+            num_eligible, passes = sum(tokens for tokens, _ in parts), max(n for _, n in parts)
             if num_eligible:
-                records.append(self._optimizer_step(samples, num_eligible))
+                records.append(self._optimizer_step(micro_batches, num_eligible, passes))
+        self.model.publish()
         return records
 
-    def _optimizer_step(self, samples: list[TrainingSample], num_eligible: int) -> StepRecord:
-        """One AdamW step on ``samples``; ``num_eligible``: the mini-batch's action tokens
-        over all ranks, the loss's normalizer. ``metrics`` describe this rank's part."""
-        self.policy.model.train()
+    def _optimizer_step(self, micro_batches: list[list[TrainingSample]], num_eligible: int, passes: int) -> StepRecord:
+        """One AdamW step on this rank's ``micro_batches``, in ``passes`` forward/backward
+        passes (the most any rank has; the rest pad). ``num_eligible``: the mini-batch's
+        action tokens over all ranks, the loss's normalizer. ``metrics`` describe this
+        rank's part."""
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, metric_sums = 0.0, {}
-        for batch in token_budget_batches([len(s.input_ids) for s in samples], self.micro_batch_tokens):
-            micro = [samples[i] for i in batch]
-            hidden = span_hidden_states(
-                self.policy,
-                [s.input_ids for s in micro],
-                [(s.action_start, len(s.input_ids)) for s in micro],
-                self.micro_batch_tokens,
-                self.pad_id,
-            )
-            logprobs = torch.cat(
-                [chunked_logprobs(h, torch.tensor(s.input_ids[s.action_start :], device=h.device), self._project) for h, s in zip(hidden, micro)]
-            )
-            old = torch.cat([s.old_logprobs for s in micro]).to(logprobs.device)
-            credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
-            loss, metrics = clipped_policy_loss(
-                logprobs, old, credit, torch.ones_like(credit), self.clip_eps_low, self.clip_eps_high, num_eligible,
-                self.clip_ratio_c,
-            )
-            loss.backward()
-            total_loss += loss.item()
-            add_metrics(metric_sums, metrics, logprobs.numel() / num_eligible)
-        trainable = [p for p in self.policy.model.parameters() if p.requires_grad]
-        sum_gradients(trainable, self.ranks)
+        for index in range(passes):
+            with self.model.gradient_sync(index == passes - 1):
+                if index >= len(micro_batches):
+                    self.model.padding_pass(self.pad_id)
+                    continue
+                micro = micro_batches[index]
+                input_ids, attention_mask = pad_right([s.input_ids for s in micro], self.pad_id)
+                logprobs = torch.cat(self.model.forward(input_ids, attention_mask,
+                                                        [(s.action_start, len(s.input_ids)) for s in micro]))
+                old = torch.cat([s.old_logprobs for s in micro]).to(logprobs.device)
+                credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
+                loss, metrics = clipped_policy_loss(
+                    logprobs, old, credit, torch.ones_like(credit), self.clip_eps_low, self.clip_eps_high, num_eligible,
+                    self.clip_ratio_c,
+                )
+                (loss * self.model.loss_scale).backward()
+                total_loss += loss.item()
+                add_metrics(metric_sums, metrics, logprobs.numel() / num_eligible)
         total_loss = all_reduce_sum([total_loss], self.ranks)[0]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm))
+        grad_norm = self.model.grad_norm(self.max_grad_norm)
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
             return StepRecord(total_loss, grad_norm, True, metric_sums)

@@ -8,6 +8,9 @@ Layout of ``runs/<name>/``::
     events.out.tfevents.*  TensorBoard scalars, same names as metrics.jsonl
     checkpoints/latest     name of the newest complete checkpoint
     checkpoints/step_000010/{model/, optimizer.pt, state.pt}
+                           (learner.parallel=fsdp2, or mixed precision on a
+                           bf16 model: learner/ holds the training copy's and
+                           the optimizer's shards instead of optimizer.pt)
 
 Every file that a kill could leave half-written is written to a temporary name and
 renamed, so a reader sees the old version or the new one, never a mix. Appended JSONL
@@ -20,11 +23,13 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hp_agent.distributed import SINGLE, Ranks, barrier
 from hp_agent.lora import is_peft_model
 
 CHECKPOINT_PREFIX = "step_"
@@ -134,30 +139,40 @@ def save_checkpoint(
     step: int,
     model: torch.nn.Module,
     tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
+    write_learner: Callable[[Path], None],
     state: dict[str, Any],
     keep: int,
+    ranks: Ranks = SINGLE,
 ) -> Path:
     """Write checkpoint ``step`` (model as a Hugging Face folder; a LoRA model's adapter
     alone, see :mod:`hp_agent.lora`) and point ``latest`` at it.
 
-    ``state`` holds the trainer state (step, baseline, RNG). The checkpoint is built in
-    a temporary folder and renamed into place, then older ones beyond ``keep`` go.
+    ``write_learner(folder)`` writes the optimizer's state (``Learner.save``); ``state``
+    the trainer's (step, baseline, RNG). With several ``ranks`` every rank calls this
+    and ``write_learner``, which may write each rank's shards; rank 0 alone writes the
+    rest. The checkpoint is built in a temporary folder and renamed into place, then
+    older ones beyond ``keep`` go.
     """
     final = checkpoint_dir(run_dir, step)
-    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    # A LoRA model writes its adapter alone; its embeddings are never resized, so peft need not
-    # look the base up on the hub to compare vocabulary sizes.
-    options = {"save_embedding_layers": False} if is_peft_model(model) else {}
-    model.save_pretrained(tmp / "model", safe_serialization=True, **options)
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(state, tmp / "state.pt")  # written last: its presence marks a complete checkpoint
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    atomic_write_text(run_dir / "checkpoints" / "latest", final.name)
-    _prune_checkpoints(run_dir, keep)
+    tmp = final.with_name(f".tmp-{final.name}")  # one name for every rank: they all write into it
+    if ranks.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier(ranks)
+    write_learner(tmp)
+    barrier(ranks)
+    if ranks.is_main:
+        # A LoRA model writes its adapter alone; its embeddings are never resized, so peft need not
+        # look the base up on the hub to compare vocabulary sizes.
+        options = {"save_embedding_layers": False} if is_peft_model(model) else {}
+        model.save_pretrained(tmp / "model", safe_serialization=True, **options)
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save(state, tmp / "state.pt")  # written last: its presence marks a complete checkpoint
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        atomic_write_text(run_dir / "checkpoints" / "latest", final.name)
+        _prune_checkpoints(run_dir, keep)
+    barrier(ranks)  # no rank runs ahead of a checkpoint it may have to resume from
     return final
 
 
@@ -167,11 +182,9 @@ def _prune_checkpoints(run_dir: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load_checkpoint_state(checkpoint: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(optimizer state dict, trainer state) of a checkpoint."""
-    optimizer_state = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=False)
-    state = torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
-    return optimizer_state, state
+def load_checkpoint_state(checkpoint: Path) -> dict[str, Any]:
+    """The trainer state of a checkpoint (the optimizer's: ``Learner.load``)."""
+    return torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
 
 
 def model_source(path: str) -> str:

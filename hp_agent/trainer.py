@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
-from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, barrier, init_from_env, shard
+from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
 from hp_agent.envs.vector import EnvPool, make_env_pool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
@@ -266,9 +266,8 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     learner = Learner.from_config(policy, config, ranks)
     state = TrainState(0, HistoricalBaseline(**config.baseline.model_dump()), TaskSampler(envs.task_ids(), config.trainer.seed))
     if checkpoint is not None:
-        optimizer_state, saved = load_checkpoint_state(checkpoint)
-        learner.optimizer.load_state_dict(optimizer_state)
-        state.load_state_dict(saved, ranks)
+        learner.load(checkpoint)
+        state.load_state_dict(load_checkpoint_state(checkpoint), ranks)
     logs = RunLogs.open(run_dir, config.trainer.save_trajectories, state.step if resuming else None, resources, ranks)
     rule = config.algo.rule
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
@@ -322,11 +321,8 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             state.step = summary.steps = step + 1
             summary.final_metrics = metrics
             if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
-                saved = state.state_dict(ranks)  # a collective: every rank takes part
-                if ranks.is_main:
-                    summary.checkpoint = save_checkpoint(run_dir, state.step, policy.model, policy.tokenizer,
-                                                         learner.optimizer, saved, config.trainer.keep_checkpoints)
-                barrier(ranks)  # no rank runs ahead of a checkpoint it may have to resume from
+                summary.checkpoint = save_checkpoint(run_dir, state.step, policy.model, policy.tokenizer, learner.save,
+                                                     state.state_dict(ranks), config.trainer.keep_checkpoints, ranks)
             bar.update(job, advance=1, description=f"reward {metrics['rollout/reward_mean']:.3f}  {total:.1f}s/step")
     summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)

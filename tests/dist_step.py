@@ -1,7 +1,9 @@
 """One training step's credit and update on this rank's share of a fixed global batch.
 
 Run by tests/test_distributed.py under ``torchrun --nproc-per-node 2`` (and with no
-torchrun, as one process on the whole batch): ``python tests/dist_step.py BATCH OUT``.
+torchrun, as one process on the whole batch): ``python tests/dist_step.py BATCH OUT
+[PARALLEL [CHECKPOINTING]]`` (PARALLEL: ddp or fsdp2; CHECKPOINTING: 1 turns activation
+checkpointing on).
 BATCH holds the trajectories and their scores (made once by the test); each process
 writes its updated weights, baseline state and records to ``OUT/rank<r>.pt``.
 """
@@ -23,13 +25,13 @@ LEARNER = dict(lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, m
                micro_batch_tokens=4096, mini_batch_size=3)
 
 
-def main(batch_path: str, out: str) -> None:
+def main(batch_path: str, out: str, parallel: str = "ddp", checkpointing: str = "0") -> None:
     torch.set_num_threads(1)
     ranks = init_from_env("cpu")
     batch = torch.load(batch_path, weights_only=False)
     trajectories, scores = shard(batch["trajectories"], ranks), shard(batch["scores"], ranks)
     policy = load_policy("tiny")
-    learner = Learner(policy, **LEARNER, ranks=ranks)
+    learner = Learner(policy, **LEARNER, ranks=ranks, parallel=parallel, activation_checkpointing=checkpointing == "1")
     baseline = HistoricalBaseline()
     samples, metrics = assign_credit(trajectories, scores, credit_rule(batch["algo"]), CreditOptions(), baseline,
                                      ranks=ranks)

@@ -232,7 +232,7 @@ def test_learner_and_scoring_are_built_from_their_config_sections(tiny_policy):
                                 "hindsight.future_turns=3", "hindsight.score_batch_tokens=2048", "hindsight.packed=false"])
     learner = Learner.from_config(tiny_policy, config)
     assert learner.optimizer.param_groups[0]["lr"] == 3e-4 and learner.mini_batch_size == 4
-    assert (learner.max_grad_norm, learner.clip_eps_high, learner.clip_ratio_c, learner.temperature) == (0.5, 0.3, None, 0.7)
+    assert (learner.max_grad_norm, learner.clip_eps_high, learner.clip_ratio_c, learner.model.module.temperature) == (0.5, 0.3, None, 0.7)
     scoring = ScoringOptions.from_config(config)
     assert (scoring.future_turns, scoring.batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
     assert scoring.max_block_tokens == config.hindsight.max_block_tokens

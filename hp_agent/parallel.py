@@ -1,0 +1,186 @@
+"""The learner's model as it trains: one process, DDP or FSDP2 over ranks, bf16 mixed
+precision on fp32 master weights, activation checkpointing.
+
+DDP and FSDP2 act through the forward of the module they wrap (DDP readies its gradient
+all-reduce there, FSDP2 gathers each layer's shards), so the learner's whole computation,
+from token ids to the log-probs of the action tokens, is the forward of one module,
+:class:`ActionLogprobs`.
+
+Three rules make a step over W ranks the step one process takes on the same batch:
+
+* both wrappers *average* gradients over ranks, and the learner's loss is a *sum* over
+  ranks (each rank's part is normalised by the mini-batch's global token count), so each
+  rank's loss is multiplied by W before ``backward`` (:attr:`TrainModel.loss_scale`);
+* every rank runs as many forward/backward passes per optimizer step (FSDP2's forward
+  and backward are collectives, DDP's last backward is), so a rank with fewer
+  micro-batches, or none, runs padding passes whose loss is exactly zero
+  (:meth:`TrainModel.padding_pass`);
+* gradients are synchronised in the last pass only (:meth:`TrainModel.gradient_sync`);
+  the earlier ones accumulate locally, as with one process.
+
+The policy's ``model`` is what rollout, hindsight scoring, the vLLM weight sync and the
+checkpoint's Hugging Face folder read. DDP trains it in place. FSDP2, or mixed precision
+on a model whose dtype is not float32, trains a *copy* (sharded over ranks with FSDP2,
+fp32 master weights) and :meth:`TrainModel.publish` gathers its full weights back into
+the policy's model after each learner step; the copy's state and the optimizer's are
+then checkpointed with ``torch.distributed.checkpoint`` (every rank writes its shards).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from hp_agent.credit import chunked_logprobs
+from hp_agent.distributed import SINGLE, Ranks
+
+Parallel = Literal["ddp", "fsdp2"]
+OPTIMIZER_FILE = "optimizer.pt"  # a checkpoint's optimizer state when the policy's model is the one trained
+LEARNER_FOLDER = "learner"  # a checkpoint's training copy and optimizer state (torch.distributed.checkpoint)
+
+
+class ActionLogprobs(nn.Module):
+    """log pi(token) of each sequence's span, under ``model`` at ``temperature``: the
+    decoder's final states at the positions that predict the span, then the LM head,
+    512 tokens of logits at a time."""
+
+    def __init__(self, model: nn.Module, temperature: float):
+        super().__init__()
+        self.model, self.temperature = model, temperature
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+        hidden = self.model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        head = self.model.get_output_embeddings()
+
+        def project(states: torch.Tensor) -> torch.Tensor:
+            return head(states) / self.temperature
+
+        return [chunked_logprobs(hidden[row, start - 1 : end - 1], input_ids[row, start:end], project)
+                for row, (start, end) in enumerate(spans)]
+
+
+class TrainModel:
+    """The trained model, wrapped for the ranks, with what the learner needs of it.
+
+    ``model``: the policy's model. ``parallel``: how ranks share gradients (ignored with
+    one rank). ``mixed_precision``: bf16 compute, fp32 weights, gradients and optimizer
+    state (autocast, or FSDP2's ``MixedPrecisionPolicy``). ``activation_checkpointing``:
+    each decoder layer's activations are recomputed in backward instead of kept.
+    """
+
+    def __init__(self, model: nn.Module, temperature: float, ranks: Ranks = SINGLE, parallel: Parallel = "ddp",
+                 mixed_precision: bool = False, activation_checkpointing: bool = False):
+        if parallel not in ("ddp", "fsdp2"):
+            raise ValueError(f"learner.parallel={parallel!r}; valid: ddp, fsdp2")
+        self.rollout_model, self.ranks = model, ranks
+        self.sharded = ranks.enabled and parallel == "fsdp2"
+        self.device = next(model.parameters()).device
+        self.autocast = mixed_precision and not self.sharded  # FSDP2 casts through its own policy
+        needs_fp32_copy = mixed_precision and next(model.parameters()).dtype != torch.float32
+        self.separate = self.sharded or needs_fp32_copy
+        trained = copy.deepcopy(model).float() if needs_fp32_copy else copy.deepcopy(model) if self.separate else model
+        if activation_checkpointing:
+            base = trained.get_base_model() if hasattr(trained, "get_base_model") else trained  # LoRA: the transformers model
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.module: nn.Module = ActionLogprobs(trained, temperature)
+        if self.sharded:
+            self.module = _fully_shard(self.module, trained, mixed_precision)
+        elif ranks.enabled:
+            device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            self.module = nn.parallel.DistributedDataParallel(self.module, device_ids=device_ids, broadcast_buffers=False)
+        self.trained = trained
+        self.parameters = [p for p in trained.parameters() if p.requires_grad]  # LoRA: the adapter's only
+        self.loss_scale = float(ranks.world_size)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+        self.trained.train()
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else nullcontext()
+        with autocast:
+            return self.module(input_ids.to(self.device), attention_mask.to(self.device), spans)
+
+    @contextmanager
+    def gradient_sync(self, enabled: bool) -> Iterator[None]:
+        """Passes inside with ``enabled`` False accumulate gradients on this rank alone."""
+        if not self.ranks.enabled or enabled:
+            yield
+        elif self.sharded:
+            self.module.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                self.module.set_requires_gradient_sync(True)
+        else:
+            with self.module.no_sync():
+                yield
+
+    def padding_pass(self, pad_id: int) -> None:
+        """A forward and backward whose loss is zero: a rank's turn in the other ranks'
+        collectives when it has no micro-batch of its own left."""
+        ids = torch.full((1, 2), pad_id, dtype=torch.long)
+        (self.forward(ids, torch.ones_like(ids), [(1, 2)])[0].sum() * 0.0).backward()
+
+    def grad_norm(self, max_norm: float) -> float:
+        """Clip the gradients' total norm (over all ranks' shards) to ``max_norm``; the norm before."""
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters, max_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    @torch.no_grad()
+    def publish(self) -> None:
+        """Copy the trained weights into the policy's model (with FSDP2, every rank gathers
+        the full tensors: a collective). A no-op when the policy's model is the one trained."""
+        if not self.separate:
+            return
+        targets = dict(self.rollout_model.named_parameters())
+        for name, parameter in self.trained.named_parameters():
+            if parameter.requires_grad:
+                full = parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
+                targets[name].copy_(full)
+
+    def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        """Write the optimizer state (and a separate training copy's weights) into a
+        checkpoint ``folder``. Every rank calls it; with FSDP2 every rank writes its shards."""
+        if not self.separate:
+            if self.ranks.is_main:
+                torch.save(optimizer.state_dict(), folder / OPTIMIZER_FILE)
+            return
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(self.module, optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder / LEARNER_FOLDER)
+
+    def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        """Restore what :meth:`save` wrote into ``folder``."""
+        expected = folder / (LEARNER_FOLDER if self.separate else OPTIMIZER_FILE)
+        if not expected.exists():
+            raise FileNotFoundError(f"checkpoint {str(folder)!r} has no {expected.name}: it was written with other "
+                                    "learner.parallel / learner.mixed_precision settings; resume it with those")
+        if not self.separate:
+            optimizer.load_state_dict(torch.load(expected, map_location="cpu", weights_only=False))
+            return
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_state, optimizer_state = get_state_dict(self.module, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, checkpoint_id=expected)
+        set_state_dict(self.module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        self.publish()
+
+
+def _fully_shard(module: ActionLogprobs, model: nn.Module, mixed_precision: bool) -> nn.Module:
+    """FSDP2: each decoder layer one unit, the rest (embeddings, final norm, LM head: tied
+    weights stay in one unit) the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed_precision else MixedPrecisionPolicy()
+    for layer in model.get_decoder().layers:
+        fully_shard(layer, mp_policy=policy)
+    return fully_shard(module, mp_policy=policy)
+
