@@ -4,8 +4,10 @@ two ranks is the step one process takes on the same global batch."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,15 +78,35 @@ def test_two_ranks_take_the_step_one_process_takes(tmp_path, algo):
         assert rank0["baseline"] == rank1["baseline"] == one["baseline"]
 
 
+def _train_command(tmp_path: Path, name: str, *arguments: str) -> list[str]:
+    return [sys.executable, "-m", "hp_agent", "train", "--nproc", "2", "--env", "keys", "--steps", "2",
+            f"trainer.run_dir={tmp_path}", f"trainer.name={name}", "trainer.prompts_per_step=4",
+            "trainer.checkpoint_every=1", "rollout.max_new_tokens=5", "learner.lr=1e-3", "learner.mini_batch_size=3",
+            *arguments]
+
+
 def _train(tmp_path: Path, name: str, *arguments: str) -> Path:
-    command = [sys.executable, "-m", "hp_agent", "train", "--nproc", "2", "--env", "keys", "--steps", "2",
-               f"trainer.run_dir={tmp_path}", f"trainer.name={name}", "trainer.prompts_per_step=4",
-               "trainer.checkpoint_every=1", "rollout.max_new_tokens=5", "learner.lr=1e-3", "learner.mini_batch_size=3",
-               *arguments]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(_train_command(tmp_path, name, *arguments), env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return tmp_path / name
+
+
+def _train_and_kill(tmp_path: Path, name: str, *arguments: str) -> Path:
+    """Start a run and SIGKILL torchrun and both ranks as soon as its first checkpoint is
+    complete, while the second step is in flight."""
+    run = tmp_path / name
+    first, second = run / "checkpoints" / "step_000001" / "state.pt", run / "checkpoints" / "step_000002"
+    process = subprocess.Popen(_train_command(tmp_path, name, *arguments), env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    running = process.poll() is None and not second.exists()
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert running, "the run ended before it could be killed mid-run"
+    return run
 
 
 def _step_metrics(run: Path, step: int) -> dict[str, float]:
@@ -92,22 +114,26 @@ def _step_metrics(run: Path, step: int) -> dict[str, float]:
     return {k: v for k, v in record.items() if not k.startswith(("time/", "cpu/"))}
 
 
-def test_two_rank_run_writes_one_folder_and_resumes_to_the_same_metrics(tmp_path):
-    whole = _train(tmp_path, "whole")
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_two_rank_run_writes_one_folder_and_resumes_after_a_kill_to_the_same_metrics(tmp_path, parallel):
+    setting = f"learner.parallel={parallel}"
+    whole = _train(tmp_path, "whole", setting)
+    learner_files = ["model", "optimizer.pt", "state.pt"] if parallel == "ddp" else ["learner", "model", "state.pt"]
     assert sorted(p.name for p in whole.iterdir() if not p.name.startswith("events.")) == [
         "checkpoints", "config.yaml", "grad_norms.jsonl", "metrics.jsonl", "trajectories.jsonl"]
     trajectories = read_jsonl_records(whole / "trajectories.jsonl")
     assert [t["step"] for t in trajectories] == [0] * 4 + [1] * 4  # both ranks' episodes, logged once
     assert [c.name for c in sorted((whole / "checkpoints").glob("step_*"))] == ["step_000001", "step_000002"]
+    assert sorted(p.name for p in (whole / "checkpoints" / "step_000002").iterdir()) == learner_files
     state = torch.load(whole / "checkpoints" / "step_000002" / "state.pt", weights_only=False)
     assert len(state["rng"]) == 2  # each rank's generators, to resume each where it stopped
 
-    stopped = _train(tmp_path, "stopped", "--steps", "1")
-    _train(tmp_path, "unused", "--resume", str(stopped), "trainer.steps=2")
+    killed = _train_and_kill(tmp_path, "killed", setting)
+    _train(tmp_path, "unused", "--resume", str(killed))
     assert not (tmp_path / "unused").exists()
-    assert [r["step"] for r in read_jsonl_records(stopped / "metrics.jsonl")] == [0, 1]
+    assert [r["step"] for r in read_jsonl_records(killed / "metrics.jsonl")] == [0, 1]
     for step in (0, 1):
-        assert _step_metrics(stopped, step) == pytest.approx(_step_metrics(whole, step), rel=1e-5, abs=1e-7), step
+        assert _step_metrics(killed, step) == pytest.approx(_step_metrics(whole, step), rel=1e-5, abs=1e-7), step
 
 
 def test_shard_is_contiguous_and_refuses_an_uneven_split():
