@@ -236,3 +236,57 @@ def test_learner_and_scoring_are_built_from_their_config_sections(tiny_policy):
     scoring = ScoringOptions.from_config(config)
     assert (scoring.future_turns, scoring.batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
     assert scoring.max_block_tokens == config.hindsight.max_block_tokens
+
+
+def _decoder_layer_calls(policy) -> list[torch.dtype]:
+    """Record the output dtype of every forward call of the first decoder layer's q_proj."""
+    calls: list[torch.dtype] = []
+    layer = policy.model.get_decoder().layers[0].self_attn.q_proj
+    layer.register_forward_hook(lambda module, args, output: calls.append(output.dtype))
+    return calls
+
+
+def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradients(policy):
+    trajectories = _rollouts(policy, tasks=3)
+    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
+    other = copy.deepcopy(policy)
+    plain_calls, checkpointed_calls = _decoder_layer_calls(policy), _decoder_layer_calls(other)
+    (plain,) = _learner(policy).step(samples)
+    (checkpointed,) = Learner(other, lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
+                              micro_batch_tokens=4096, mini_batch_size=1000, activation_checkpointing=True).step(samples)
+    assert len(checkpointed_calls) == 2 * len(plain_calls) > 0  # each layer runs again in backward
+    assert plain.grad_norm > 0 and checkpointed.grad_norm == pytest.approx(plain.grad_norm, rel=1e-5)
+    for (name, a), b in zip(policy.model.named_parameters(), other.model.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
+
+
+def test_mixed_precision_computes_in_bfloat16_on_float32_master_weights():
+    torch.manual_seed(0)
+    rollout_policy = load_policy("tiny", dtype="bfloat16")
+    trajectories = _rollouts(rollout_policy, tasks=3)
+    scores = score_trajectories(rollout_policy, trajectories, ScoringOptions(), with_hindsight=True)
+    samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
+    pure_bf16 = copy.deepcopy(rollout_policy)
+    start = {k: v.float().clone() for k, v in rollout_policy.model.state_dict().items()}
+    calls = _decoder_layer_calls(rollout_policy)
+    options = dict(lr=1e-5, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
+                   micro_batch_tokens=4096, mini_batch_size=1000)
+    mixed = Learner(rollout_policy, **options, mixed_precision=True)
+    for _ in range(3):
+        mixed.step(samples)
+    Learner(pure_bf16, **options).step(samples)
+    for _ in range(2):
+        Learner(pure_bf16, **options).step(samples)
+    master = dict(mixed.model.trained.named_parameters())
+    assert all(p.dtype == torch.float32 for p in master.values())  # master weights and AdamW state in float32
+    assert all(state["exp_avg"].dtype == torch.float32 for state in mixed.optimizer.state.values())
+    assert set(calls) == {torch.bfloat16}  # the learner's forward ran in bfloat16 (so did rollout)
+    name = "model.layers.0.mlp.up_proj.weight"
+    moved_master = (master[name].detach() != start[name]).float().mean().item()
+    moved_bf16 = (pure_bf16.model.state_dict()[name].float() != start[name]).float().mean().item()
+    # Steps of about lr = 1e-5 round away in bfloat16 for most weights; the fp32 master keeps them.
+    assert moved_master > 0.9 and moved_bf16 < 0.5, (moved_master, moved_bf16)
+    # The rollout model got the master weights, rounded to its bfloat16.
+    published = rollout_policy.model.state_dict()[name]
+    assert published.dtype == torch.bfloat16 and torch.equal(published, master[name].detach().to(torch.bfloat16))
