@@ -2,8 +2,8 @@
 
 Run by tests/test_distributed.py under ``torchrun --nproc-per-node 2`` (and with no
 torchrun, as one process on the whole batch): ``python tests/dist_step.py BATCH OUT
-[PARALLEL [CHECKPOINTING]]`` (PARALLEL: ddp or fsdp2; CHECKPOINTING: 1 turns activation
-checkpointing on).
+[PARALLEL [CHECKPOINTING [MIXED]]]`` (PARALLEL: ddp or fsdp2; CHECKPOINTING, MIXED: 1 turns
+activation checkpointing, bf16 mixed precision on).
 BATCH holds the trajectories and their scores (made once by the test); each process
 writes its updated weights, baseline state and records to ``OUT/rank<r>.pt``.
 """
@@ -25,13 +25,14 @@ LEARNER = dict(lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, m
                micro_batch_tokens=4096, mini_batch_size=3)
 
 
-def main(batch_path: str, out: str, parallel: str = "ddp", checkpointing: str = "0") -> None:
+def main(batch_path: str, out: str, parallel: str = "ddp", checkpointing: str = "0", mixed: str = "0") -> None:
     torch.set_num_threads(1)
     ranks = init_from_env("cpu")
     batch = torch.load(batch_path, weights_only=False)
     trajectories, scores = shard(batch["trajectories"], ranks), shard(batch["scores"], ranks)
     policy = load_policy("tiny")
-    learner = Learner(policy, **LEARNER, ranks=ranks, parallel=parallel, activation_checkpointing=checkpointing == "1")
+    learner = Learner(policy, **LEARNER, ranks=ranks, parallel=parallel, activation_checkpointing=checkpointing == "1",
+                      mixed_precision=mixed == "1")
     baseline = HistoricalBaseline()
     samples, metrics = assign_credit(trajectories, scores, credit_rule(batch["algo"]), CreditOptions(), baseline,
                                      ranks=ranks)
