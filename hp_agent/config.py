@@ -33,6 +33,27 @@ class EnvConfig(_Section):
     reset_timeout: float = Field(120.0, gt=0.0, description="Seconds one env reset may take in a worker (a new ALFWorld game takes 0.2-2 s to translate the first time).")
 
 
+class VLLMConfig(_Section):
+    """The vLLM rollout engine (``model.backend=vllm``); ignored by the hf backend."""
+
+    max_model_len: int | None = Field(
+        None, ge=1, description="Longest prompt + answer the engine serves, in tokens (none: the model config's, 40,960 "
+        "for Qwen3, whose KV cache one GiB cannot hold: set it to the longest prompt + rollout.max_new_tokens)."
+    )
+    kv_cache_gb: float = Field(1.0, gt=0.0, description="GiB of KV cache (the prefix cache lives there too).")
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0.0, le=1.0, description="CUDA: the engine's share of the GPU's memory (vLLM ignores it once kv_cache_gb is set)."
+    )
+    sleep: bool = Field(
+        False,
+        description="CUDA: after each rollout free the engine's weights and KV cache (vLLM sleep level 2) for scoring and "
+        "the learner; the weight sync wakes it. Needs vLLM's sleep mode (CUDA only).",
+    )
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Further vllm.LLM arguments, e.g. {enforce_eager: false} for CUDA graphs."
+    )
+
+
 class ModelConfig(_Section):
     name: str = Field("tiny", description="`tiny` (embedded Qwen3-architecture model), a local Hugging Face folder, or a cached hub id.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Parameter dtype (bfloat16 on GPUs).")
@@ -50,6 +71,7 @@ class ModelConfig(_Section):
         "starting with them (the next turn of a chat-history episode) runs only its new tokens; 0 turns reuse off. "
         "vllm caches prefixes in its own KV cache.",
     )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM engine's settings (backend vllm).")
     lora_rank: int = Field(
         0,
         ge=0,

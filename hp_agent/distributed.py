@@ -32,6 +32,11 @@ class Ranks:
 
     rank: int = 0
     world_size: int = 1
+    local_rank: int = 0  # this process's place on its machine (torchrun's LOCAL_RANK): its GPU
+
+    def device(self, device: str) -> str:
+        """``cuda`` becomes this rank's own GPU (``cuda:<local_rank>``) when there are several ranks."""
+        return f"cuda:{self.local_rank}" if self.enabled and device == "cuda" else device
 
     @property
     def is_main(self) -> bool:
@@ -46,14 +51,18 @@ SINGLE = Ranks()
 
 
 def init_from_env(device: str) -> Ranks:
-    """Join the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``,
-    ``MASTER_ADDR``/``MASTER_PORT``): gloo on CPU, NCCL on CUDA. Without them, one process."""
+    """Join the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR``/``MASTER_PORT``): gloo on CPU, NCCL on CUDA (one GPU a rank). Without
+    them, one process."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return SINGLE
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local_rank)  # before NCCL starts, so that each rank's communicator uses its GPU
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    return Ranks(dist.get_rank(), dist.get_world_size())
+    return Ranks(dist.get_rank(), dist.get_world_size(), local_rank)
 
 
 def shard(items: list, ranks: Ranks) -> list:

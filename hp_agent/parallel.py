@@ -20,7 +20,7 @@ Three rules make a step over W ranks the step one process takes on the same batc
 
 The policy's ``model`` is what rollout, hindsight scoring, the vLLM weight sync and the
 checkpoint's Hugging Face folder read. DDP trains it in place. FSDP2, or mixed precision
-on a model whose dtype is not float32, trains a *copy* (sharded over ranks with FSDP2,
+on trainable weights whose dtype is not float32, trains a *copy* (sharded over ranks with FSDP2,
 fp32 master weights) and :meth:`TrainModel.publish` gathers its full weights back into
 the policy's model after each learner step; the copy's state and the optimizer's are
 then checkpointed with ``torch.distributed.checkpoint`` (every rank writes its shards).
@@ -82,7 +82,8 @@ class TrainModel:
         self.sharded = ranks.enabled and parallel == "fsdp2"
         self.device = next(model.parameters()).device
         self.autocast = mixed_precision and not self.sharded  # FSDP2 casts through its own policy
-        needs_fp32_copy = mixed_precision and next(model.parameters()).dtype != torch.float32
+        # Master weights in float32: a copy when the trained weights are not (LoRA's adapter is already).
+        needs_fp32_copy = mixed_precision and any(p.dtype != torch.float32 for p in model.parameters() if p.requires_grad)
         self.separate = self.sharded or needs_fp32_copy
         trained = copy.deepcopy(model).float() if needs_fp32_copy else copy.deepcopy(model) if self.separate else model
         if activation_checkpointing:

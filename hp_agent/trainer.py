@@ -257,8 +257,9 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     prompts_per_rank = config.trainer.prompts_per_step // ranks.world_size
     envs = resources.enter_context(_env_pool(config, num_envs=prompts_per_rank * group_size))
     model = config.model.model_copy(update={"name": str(checkpoint / "model")}) if checkpoint else config.model
-    policy = load_policy(model.name, model.dtype, model.device, model.enable_thinking, backend=model.backend,
-                         prefix_cache_tokens=model.prefix_cache_tokens)
+    policy = load_policy(model.name, model.dtype, ranks.device(model.device), model.enable_thinking, backend=model.backend,
+                         prefix_cache_tokens=model.prefix_cache_tokens,
+                         backend_options=model.vllm.model_dump() if model.backend == "vllm" else None)
     policy = maybe_apply_lora(policy, model)  # model.lora_rank > 0: train an adapter only (resumes one)
     if ranks.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
@@ -289,6 +290,8 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             first_seed = config.trainer.seed + (step * ranks.world_size + ranks.rank) * len(episodes)
             trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
                                    seed=first_seed, times=times, chat_history=config.rollout.chat_history)
+            # vllm with model.vllm.sleep: free the engine's GPU memory (counted with the weight sync that wakes it)
+            times.add("time/weight_sync", policy.release_memory())
 
             # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot
             started = time.perf_counter()
@@ -317,6 +320,10 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             metrics["time/total"] = total
             # a restarted worker restarts its count; with several ranks, all of them
             metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds(envs) - cpu_start, 0.0)], ranks)[0]
+            if torch.cuda.is_available() and policy.device.type == "cuda":  # rank 0's device, since the run started
+                free, total = torch.cuda.mem_get_info(policy.device)
+                metrics["gpu/peak_memory_gib"] = torch.cuda.max_memory_allocated(policy.device) / (1 << 30)  # torch's allocator
+                metrics["gpu/device_used_gib"] = (total - free) / (1 << 30)  # everything on the device now (vLLM's too)
             logs.metrics.write(step, metrics)
             state.step = summary.steps = step + 1
             summary.final_metrics = metrics

@@ -75,6 +75,11 @@ class Policy(Protocol):
         learner step); returns the seconds taken (0.0 when they share the weights)."""
         ...
 
+    def release_memory(self) -> float:
+        """Free what sampling holds until the next ``sync_weights`` (a rollout engine's
+        weights and cache, between the rollout and the learner); returns the seconds taken."""
+        ...
+
 
 # Backend name -> "module:class", imported on use: vllm is absent from the main environment.
 BACKENDS: dict[str, str] = {
@@ -90,12 +95,14 @@ def load_policy(
     enable_thinking: bool = False,
     backend: str = "hf",
     prefix_cache_tokens: int | None = None,
+    backend_options: dict | None = None,
 ) -> Policy:
     """Load a policy from ``tiny``, a local folder, a run folder or a cached hub id.
 
     ``backend``: a key of :data:`BACKENDS`. ``"vllm"`` raises ImportError, with the
     command that builds its environment, where the ``vllm`` package is missing.
     ``prefix_cache_tokens``: the hf backend's prefix-cache budget (None: its default).
+    ``backend_options``: further arguments of the backend's class (vllm: ``model.vllm``).
     """
     from importlib import import_module
 
@@ -107,6 +114,7 @@ def load_policy(
     module_name, _, class_name = BACKENDS[backend].partition(":")
     policy_class = getattr(import_module(module_name), class_name)
     options = {} if prefix_cache_tokens is None else {"prefix_cache_tokens": prefix_cache_tokens}
+    options.update(backend_options or {})
     return policy_class(
         resolve_model(model_source(name)), dtype=dtype, device=device, enable_thinking=enable_thinking, **options
     )

@@ -163,6 +163,10 @@ class HFPolicy:
         its prefix cache empties itself once the weights change)."""
         return 0.0
 
+    def release_memory(self) -> float:
+        """Nothing to free: sampling uses the learner's own ``model``."""
+        return 0.0
+
 
 def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filter on [B, V] scores: keep the most likely tokens whose probabilities

@@ -82,6 +82,10 @@ class VLLMPolicy(HFPolicy):
     transformers copy and its optimizer state need the rest.
     ``engine_kwargs``: any further ``vllm.LLM`` arguments, overriding the ones below
     (e.g. ``{"enforce_eager": False}`` for CUDA graphs on a GPU).
+    ``sleep``: build the engine with vLLM's sleep mode (CUDA only), so that
+    :meth:`release_memory` discards its weights and KV cache (sleep level 2: the next
+    :meth:`sync_weights` sends new weights anyway) while scoring and the learner need
+    the GPU; :meth:`sync_weights` wakes it.
     ``prefix_cache_tokens``: the hf backend's option, taken and unused: prefixes live in
     the engine's KV cache (``kv_cache_gb``).
 
@@ -102,6 +106,7 @@ class VLLMPolicy(HFPolicy):
         gpu_memory_utilization: float = 0.4,
         engine_kwargs: dict | None = None,
         prefix_cache_tokens: int = 0,
+        sleep: bool = False,
     ):
         # The engine caches prefixes in its own KV cache; the transformers copy never samples.
         del prefix_cache_tokens
@@ -118,6 +123,12 @@ class VLLMPolicy(HFPolicy):
         )
         if self.device.type == "cuda":
             options["gpu_memory_utilization"] = gpu_memory_utilization
+        if sleep:
+            if self.device.type != "cuda":
+                raise ValueError("model.vllm.sleep needs a CUDA device (vLLM's sleep mode); set it false on "
+                                 f"{self.device.type}")
+            options["enable_sleep_mode"] = True
+        self.asleep, self.can_sleep = False, sleep
         options.update(engine_kwargs or {})
         with _global_rng_kept(self.device):
             self.llm = vllm.LLM(**options)
@@ -139,6 +150,8 @@ class VLLMPolicy(HFPolicy):
         """Sample on the engine; log-probs are those of the sampler (see module docstring)."""
         if not prompts:
             return []
+        if self.asleep:
+            raise RuntimeError("the vLLM engine is asleep (release_memory); sync_weights wakes it with the weights to sample")
         requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
         outputs = self.llm.generate(requests, self._vllm_sampling(sampling), use_tqdm=False)
         return [self._generation(output.outputs[0]) for output in outputs]
@@ -156,9 +169,23 @@ class VLLMPolicy(HFPolicy):
         it is emptied too.
         """
         started = time.perf_counter()
+        if self.asleep:  # room for the weights first, then for the KV cache they fill
+            self.llm.wake_up(tags=["weights"])
         # LoRA: the base weights with the adapter added, under the plain model's names.
         weights = [(name, tensor.detach()) for name, tensor in merged_state_dict(self.model).items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync (requests still running?)")
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        return time.perf_counter() - started
+
+    def release_memory(self) -> float:
+        """With ``sleep``: put the engine to sleep (level 2) until the next weight sync."""
+        if not self.can_sleep or self.asleep:
+            return 0.0
+        started = time.perf_counter()
+        self.llm.sleep(level=2)
+        self.asleep = True
         return time.perf_counter() - started
