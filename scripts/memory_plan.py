@@ -166,6 +166,8 @@ def plan(m: Shape, weights: int, grads: int, adam: int, tokens: int = MICRO_TOKE
     scoring = parts["jsd"] + scoring_forward(m)
     parts["total"] = fixed + max(parts["act"] + parts["logits"], scoring)
     parts["total_ckpt"] = fixed + max(parts["act_ckpt"] + parts["logits"], scoring)
+    # model.vllm.sleep: the engine's share is freed while scoring and the learner run
+    parts["total_sleep"] = max(fixed, fixed - rollout + max(parts["act_ckpt"] + parts["logits"], scoring))
     return {k: v / GIB for k, v in parts.items()}
 
 
@@ -175,11 +177,15 @@ def setups(m: Shape) -> dict[str, tuple[int, int, int]]:
     p = c["total"]
     unit = max(c["layer"], c["embedding"])  # largest FSDP2 unit: a decoder layer or the (untied) embedding
     a = lora_params(m, LORA_RANKS[0])
-    out = {"full FT, 1 GPU, today (bf16 params, bf16 AdamW)": (2 * p, 2 * p, 4 * p)}
-    for n, label in ((1, "full FT, 1 GPU, mixed precision [planned]"), (GPUS, f"full FT, FSDP2 x {GPUS}, mixed [planned]")):
-        # fp32 master shards + two gathered bf16 units; fp32 grad shards + one unsharded fp32 unit grad; fp32 m, v
-        out[label] = (4 * p // n + 2 * 2 * unit, 4 * p // n + 4 * unit, 8 * p // n)
-    out[f"LoRA r={LORA_RANKS[0]}, 1 GPU [planned]"] = (2 * p + 4 * a, 4 * a, 8 * a)  # frozen bf16 base + fp32 adapter
+    out = {"full FT, 1 GPU, bf16 weights and AdamW (model.dtype=bfloat16)": (2 * p, 2 * p, 4 * p),
+           # float32 weights, gradients, m and v; bf16 autocast in the learner
+           "full FT, 1 GPU, mixed precision (model.dtype=float32)": (4 * p, 4 * p, 8 * p),
+           # the full bf16 model that rolls out and scores + fp32 master shards + two gathered bf16 units;
+           # fp32 grad shards + one unsharded fp32 unit gradient; fp32 m, v shards
+           f"full FT, FSDP2 x {GPUS}, mixed (model.dtype=bfloat16)": (2 * p + 4 * p // GPUS + 2 * 2 * unit,
+                                                                      4 * p // GPUS + 4 * unit, 8 * p // GPUS),
+           # frozen bf16 base + fp32 adapter (peft), bf16 autocast
+           f"LoRA r={LORA_RANKS[0]}, 1 GPU, mixed (model.dtype=bfloat16)": (2 * p + 4 * a, 4 * a, 8 * a)}
     return out
 
 
@@ -195,8 +201,9 @@ def main() -> None:
         print(f"| {m.name} | {m.hidden} | {m.intermediate} | {m.layers} | {m.heads}/{m.kv_heads} | {'yes' if m.tied else 'no'} "
               f"| {c['total']:,} | {m.published} | {c['non_embedding'] / 1e9:.2f}B | {lora_params(m, 16):,} | {lora_params(m, 64):,} "
               f"| {kv_bytes_per_token(m) // 1024} KiB | {act_layer_bytes_per_token(m):,} B |")
-    cols = ["weights", "grads", "adam", "act", "act_ckpt", "logits", "jsd", "rollout", "total", "total_ckpt"]
-    heads = ["weights", "grads", "AdamW", "act", "act ckpt", "logits", "JSD", "vLLM", "total", "total ckpt"]
+    cols = ["weights", "grads", "adam", "act", "act_ckpt", "logits", "jsd", "rollout", "total", "total_ckpt", "total_sleep"]
+    heads = ["weights", "grads", "AdamW", "act", "act ckpt", "logits", "JSD", "vLLM", "total", "total ckpt",
+             "ckpt + sleep"]
     for m in QWEN3:
         print()
         print(f"{m.name} (GiB per GPU, micro-batch {MICRO_TOKENS} tokens, vLLM backend)")
@@ -207,7 +214,7 @@ def main() -> None:
             parts = plan(m, w, g, a)
             print(f"| {label} | " + " | ".join(f"{parts[k]:.1f}" for k in cols) + " |")
     print()
-    print("today's code with the hf backend (no vLLM copy; prefix cache at its default), total GiB:")
+    print("bf16 weights and AdamW with the hf backend (no vLLM copy; prefix cache at its default), total GiB:")
     print()
     print("| model | prefix cache | micro 4096 | micro 2048 | micro 1024 | micro 1024, model.prefix_cache_tokens=0 |")
     print("|---|---|---|---|---|---|")
@@ -218,7 +225,7 @@ def main() -> None:
         print(f"| {m.name} | {PREFIX_TOKENS * kv_bytes_per_token(m) / GIB:.1f} | " + " | ".join(f"{t:.1f}" for t in totals)
               + f" | {no_prefix:.1f} |")
     print()
-    print("vLLM engine as load_policy builds it (kv_cache_gb, max_model_len=None): KV needed for one sequence of "
+    print("vLLM engine at the defaults of model.vllm (kv_cache_gb, max_model_len=None): KV needed for one sequence of "
           "max_position_embeddings tokens, and tokens the KV budget holds:")
     for m in QWEN3:
         need = m.max_positions * kv_bytes_per_token(m) / GIB
