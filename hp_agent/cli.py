@@ -68,6 +68,8 @@ def train(
     except (*USER_ERRORS, TrainingError) as error:
         _fail(str(error))
         return
+    if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports
+        return
     final = summary.final_metrics
     table = Table(title=f"run {summary.run_dir}")
     table.add_column("metric")
