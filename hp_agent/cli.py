@@ -385,6 +385,23 @@ def merge_lora(
 
 
 @app.command()
+def show(
+    run: Path = typer.Argument(..., help="A run folder (its credit_views.jsonl, written while training)."),
+    step: Optional[int] = typer.Option(None, help="Training step to show (default: the last one with credit views)."),
+    out: Optional[Path] = typer.Option(None, help="HTML file to write (default: RUN/show/step_N.html)."),
+) -> None:
+    """One self-contained HTML page of a step's trajectories, each action token shaded by its credit."""
+    from hp_agent.show import write_page
+
+    try:
+        page = write_page(run, step, out)
+    except USER_ERRORS as error:
+        _fail(str(error))
+        return
+    console.print(f"credit viewer written to {page}")
+
+
+@app.command()
 def envs() -> None:
     """List registered environments."""
     from hp_agent.envs import list_envs

@@ -202,6 +202,12 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest removed first).")
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads (1-2 on a small CPU).")
     save_trajectories: bool = Field(True, description="Append each step's trajectories to trajectories.jsonl in the run folder.")
+    views_per_step: int = Field(
+        2, ge=0, description="Trajectories a step whose token credit, JSD weights and top tokens of both views go to "
+        "credit_views.jsonl for `hp-agent show` (successes and failures in turn; 0: none)."
+    )
+    view_top_k: int = Field(5, ge=1, description="Likeliest next tokens recorded per action token and view.")
+    view_max_mb: float = Field(64.0, gt=0.0, description="credit_views.jsonl stops growing at this size (MB).")
 
 
 class TrainConfig(_Section):

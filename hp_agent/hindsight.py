@@ -147,26 +147,31 @@ def _hidden_states(
     return span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)
 
 
+def hindsight_blocks(policy: Policy, trajectory: Trajectory, options: ScoringOptions) -> list[tuple[Segment, str]]:
+    """Every segment of ``trajectory`` with its privileged block; segments cover every action token."""
+    token_texts = [policy.decode_tokens(turn.action_ids) for turn in trajectory.turns]
+    return [
+        (segment, privileged_block(trajectory, segment, policy.tokenizer, options.future_turns, options.max_block_tokens,
+                                   policy.decode))
+        for segment in segments(trajectory, token_texts, options.max_segment_tokens)
+    ]
+
+
+def hindsight_ids(policy: Policy, trajectory: Trajectory, segment: Segment, block: str) -> list[int]:
+    """The turn's prompt re-rendered with ``block``, then its action tokens up to the segment's end."""
+    turn = trajectory.turns[segment.turn]
+    return policy.render(hindsight_messages(turn.prompt_messages, block)) + turn.action_ids[: segment.end]
+
+
 def hindsight_sequences(
     policy: Policy, trajectories: list[Trajectory], options: ScoringOptions
 ) -> list[tuple[int, Segment, list[int]]]:
-    """``(trajectory index, segment, hindsight ids)`` for every segment of every trajectory.
-
-    The hindsight ids are the turn's prompt re-rendered with the segment's privileged
-    block, then the turn's action tokens up to the segment's end. Segments cover every
-    action token.
-    """
-    out: list[tuple[int, Segment, list[int]]] = []
-    for i, traj in enumerate(trajectories):
-        token_texts = [policy.decode_tokens(turn.action_ids) for turn in traj.turns]
-        for segment in segments(traj, token_texts, options.max_segment_tokens):
-            turn = traj.turns[segment.turn]
-            block = privileged_block(
-                traj, segment, policy.tokenizer, options.future_turns, options.max_block_tokens, policy.decode
-            )
-            prompt = policy.render(hindsight_messages(turn.prompt_messages, block))
-            out.append((i, segment, prompt + turn.action_ids[: segment.end]))
-    return out
+    """``(trajectory index, segment, hindsight ids)`` for every segment of every trajectory."""
+    return [
+        (i, segment, hindsight_ids(policy, trajectory, segment, block))
+        for i, trajectory in enumerate(trajectories)
+        for segment, block in hindsight_blocks(policy, trajectory, options)
+    ]
 
 
 @torch.no_grad()

@@ -67,8 +67,8 @@ class JsonlLog:
     last line are dropped (those steps will be redone), then appending continues.
     """
 
-    def __init__(self, path: Path, resume_step: int | None = None):
-        self.path = path
+    def __init__(self, path: Path, resume_step: int | None = None, max_bytes: int | None = None):
+        self.path, self.max_bytes = path, max_bytes
         if resume_step is not None and path.exists():
             self._truncate(resume_step)
         self._file = path.open("a", encoding="utf-8")
@@ -84,11 +84,15 @@ class JsonlLog:
                 kept.append(line + "\n")
         atomic_write_text(self.path, "".join(kept))
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append ``record``; False (and nothing written) once the file holds ``max_bytes``."""
+        if self.max_bytes is not None and self._file.tell() >= self.max_bytes:
+            return False
         line = json.dumps({key: _json_safe(value) for key, value in record.items()}, ensure_ascii=False)
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+        return True
 
     def close(self) -> None:
         self._file.close()

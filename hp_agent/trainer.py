@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hp_agent.config import TrainConfig, load_config, save_config
+from hp_agent.config import TrainConfig, TrainerConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
+from hp_agent.credit_view import VIEWS_FILE, credit_view, pick_for_view
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
 from hp_agent.envs.vector import EnvPool, make_env_pool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
@@ -83,6 +84,11 @@ def credit_batch(
     )
 
 
+def usable_indices(trajectories: list[Trajectory]) -> list[int]:
+    """The trajectories credit and the learner use: not errored, with an action token."""
+    return [k for k, t in enumerate(trajectories) if not t.errored and any(turn.action_ids for turn in t.turns)]
+
+
 def assign_credit(
     trajectories: list[Trajectory],
     scores: list[TrajectoryScores],
@@ -100,7 +106,7 @@ def assign_credit(
     read for and updated with every rank's trajectories in rank order, so that its state,
     and the credit, do not depend on how the batch was split.
     """
-    usable = [k for k, t in enumerate(trajectories) if not t.errored and any(turn.action_ids for turn in t.turns)]
+    usable = usable_indices(trajectories)
     kept = [trajectories[k] for k in usable]
     outcomes = all_gather([(t.env, t.task_type, t.task_id, t.reward) for t in kept], ranks)
     everyone = [outcome for part in outcomes for outcome in part]
@@ -200,18 +206,21 @@ class RunLogs:
     metrics: MetricsWriter | _Discard
     grad_norms: JsonlLog | _Discard
     trajectories: JsonlLog | _Discard | None
+    views: JsonlLog | _Discard | None
 
     @classmethod
-    def open(cls, run_dir: Path, save_trajectories: bool, resume_step: int | None, resources: ExitStack,
+    def open(cls, run_dir: Path, trainer: TrainerConfig, resume_step: int | None, resources: ExitStack,
              ranks: Ranks = SINGLE) -> RunLogs:
         if not ranks.is_main:
-            return cls(_Discard(), _Discard(), _Discard() if save_trajectories else None)
+            return cls(_Discard(), _Discard(), _Discard() if trainer.save_trajectories else None, None)
 
-        def log(path: Path) -> JsonlLog:
-            return resources.enter_context(closing(JsonlLog(path, resume_step=resume_step)))
+        def log(path: Path, max_bytes: int | None = None) -> JsonlLog:
+            return resources.enter_context(closing(JsonlLog(path, resume_step=resume_step, max_bytes=max_bytes)))
 
         metrics = resources.enter_context(closing(MetricsWriter(run_dir, resume_step=resume_step)))
-        return cls(metrics, log(run_dir / "grad_norms.jsonl"), log(run_dir / "trajectories.jsonl") if save_trajectories else None)
+        return cls(metrics, log(run_dir / "grad_norms.jsonl"),
+                   log(run_dir / "trajectories.jsonl") if trainer.save_trajectories else None,
+                   log(run_dir / VIEWS_FILE, int(trainer.view_max_mb * 1e6)) if trainer.views_per_step else None)
 
 
 def train(
@@ -269,7 +278,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     if checkpoint is not None:
         learner.load(checkpoint)
         state.load_state_dict(load_checkpoint_state(checkpoint), ranks)
-    logs = RunLogs.open(run_dir, config.trainer.save_trajectories, state.step if resuming else None, resources, ranks)
+    logs = RunLogs.open(run_dir, config.trainer, state.step if resuming else None, resources, ranks)
     rule = config.algo.rule
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
@@ -302,6 +311,10 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             format_masks = answer_format_masks(policy, trajectories, envs.answer_format)
             samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, state.baseline, format_masks,
                                                     ranks)
+            if logs.views is not None:  # under the snapshot that scored them, before the update
+                started = time.perf_counter()
+                _record_views(policy, trajectories, scores, samples, scoring, config, step, logs.views)
+                times.add("time/views", time.perf_counter() - started)
             started = time.perf_counter()
             records = learner.step(samples)
             times.add("time/train", time.perf_counter() - started)
@@ -334,6 +347,19 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)
     return summary
+
+
+def _record_views(policy: Policy, trajectories: list[Trajectory], scores: list[TrajectoryScores],
+                  samples: list[list[TrainingSample]], scoring: ScoringOptions, config: TrainConfig, step: int,
+                  log: JsonlLog | _Discard) -> None:
+    """``trainer.views_per_step`` of this step's trajectories, as ``hp-agent show`` draws them."""
+    usable = usable_indices(trajectories)
+    for pick in pick_for_view([trajectories[k] for k in usable], config.trainer.views_per_step):
+        k = usable[pick]
+        view = credit_view(policy, trajectories[k], [sample.credit for sample in samples[pick]], scores[k].weights,
+                           scoring, config.trainer.view_top_k)
+        if not log.write({"step": step, "algo": config.algo.name, **view}):
+            return  # credit_views.jsonl is full (trainer.view_max_mb)
 
 
 def _seed_everything(seed: int, torch_threads: int) -> None:
