@@ -402,6 +402,24 @@ def show(
 
 
 @app.command()
+def report(
+    runs: list[Path] = typer.Argument(..., help="Run folders, overlaid on each figure (e.g. the two methods of a comparison)."),
+    out: Optional[Path] = typer.Option(None, help="Folder for the figures and index.html (default: RUN/report for one run, "
+                                       "else runs/report-<names>)."),
+) -> None:
+    """PNG figures (reward and success over steps and wall time, phase times, gradient norms, JSD weights) and an HTML page."""
+    from hp_agent.report import write_report
+
+    folder = out or (runs[0] / "report" if len(runs) == 1 else runs[0].parent / ("report-" + "-".join(r.name for r in runs)))
+    try:
+        page = write_report(runs, folder)
+    except USER_ERRORS as error:
+        _fail(str(error))
+        return
+    console.print(f"report written to {page}")
+
+
+@app.command()
 def envs() -> None:
     """List registered environments."""
     from hp_agent.envs import list_envs

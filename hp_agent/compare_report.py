@@ -171,13 +171,13 @@ def write_figures(config: CompareConfig, summary: dict[str, Any]) -> list[Path]:
                 axis.plot(*zip(*points), marker="o", label=name)
         axis.set(title=metric, xlabel="training wall time (s)", ylabel="score", ylim=(0, 1))
         axis.legend()
-    written.append(_save(figure, config.out / "score_vs_time.png"))
+    written.append(save_figure(figure, config.out / "score_vs_time.png"))
 
     figure, axis = plt.subplots(figsize=(4.5, 3.2))
     fractions = [m["zero_grad_records"] / m["grad_records"] if m["grad_records"] else 0.0 for m in methods.values()]
     axis.bar(list(methods), fractions)
     axis.set(title="zero-gradient records", ylabel="fraction of all records", ylim=(0, 1))
-    written.append(_save(figure, config.out / "zero_grad.png"))
+    written.append(save_figure(figure, config.out / "zero_grad.png"))
 
     figure, axis = plt.subplots(figsize=(8.5, 1.4 + 0.6 * len(methods)))
     left = [0.0] * len(methods)
@@ -187,11 +187,11 @@ def write_figures(config: CompareConfig, summary: dict[str, Any]) -> list[Path]:
         left = [a + b for a, b in zip(left, seconds)]
     axis.set(title="time per phase", xlabel="seconds")
     axis.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
-    written.append(_save(figure, config.out / "phases.png"))
+    written.append(save_figure(figure, config.out / "phases.png"))
     return written
 
 
-def _save(figure: Any, path: Path) -> Path:
+def save_figure(figure: Any, path: Path) -> Path:
     """Write a PNG through a temporary file and a rename; close the figure."""
     import matplotlib.pyplot as plt
 

@@ -206,6 +206,10 @@ class TrainerConfig(_Section):
         2, ge=0, description="Trajectories a step whose token credit, JSD weights and top tokens of both views go to "
         "credit_views.jsonl for `hp-agent show` (successes and failures in turn; 0: none)."
     )
+    view_every: int = Field(
+        10, ge=1, description="Record credit views every N steps (and at the last step): each costs about one unpacked "
+        "scoring pass of its trajectories."
+    )
     view_top_k: int = Field(5, ge=1, description="Likeliest next tokens recorded per action token and view.")
     view_max_mb: float = Field(64.0, gt=0.0, description="credit_views.jsonl stops growing at this size (MB).")
 

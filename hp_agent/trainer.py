@@ -311,7 +311,8 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             format_masks = answer_format_masks(policy, trajectories, envs.answer_format)
             samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, state.baseline, format_masks,
                                                     ranks)
-            if logs.views is not None:  # under the snapshot that scored them, before the update
+            if logs.views is not None and (step % config.trainer.view_every == 0 or step + 1 == config.trainer.steps):
+                # under the snapshot that scored them, before the update
                 started = time.perf_counter()
                 _record_views(policy, trajectories, scores, samples, scoring, config, step, logs.views)
                 times.add("time/views", time.perf_counter() - started)

@@ -28,7 +28,7 @@ def _run(tmp_path: Path, algo: str) -> Path:
     config = {"env": {"name": "keys"}, "algo": {"name": algo, **({"group_size": 4} if algo == "grpo" else {})},
               "rollout": {"max_new_tokens": 5}, "learner": {"lr": 1e-4},
               "trainer": {"steps": 2, "prompts_per_step": 4 if algo == "hp-rlvr" else 2, "run_dir": str(tmp_path),
-                          "name": algo, "views_per_step": 2}}
+                          "name": algo, "views_per_step": 2, "view_every": 1}}
     return hp_agent.train(config, progress=False).run_dir
 
 
@@ -152,3 +152,22 @@ def test_the_page_in_headless_chromium_shades_tokens_and_shows_both_views_on_hov
         assert BLOCK_HEADER in blocks[0].text
     finally:
         browser.quit()
+
+
+def test_report_overlays_runs_in_figures_and_a_page(runs, tmp_path):
+    from hp_agent.report import write_report
+
+    page = write_report([runs["hp-rlvr"], runs["grpo"]], tmp_path / "report")
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == [
+        "curves.png", "grad_norms.png", "index.html", "jsd_weights.png", "phases.png"]
+    assert all((tmp_path / "report" / name).stat().st_size > 5_000 for name in ("curves.png", "phases.png"))
+    text = page.read_text()
+    for run in runs.values():
+        final = read_jsonl_records(run / "metrics.jsonl")[-1]
+        assert f"<h2>{run.name}</h2>" in text
+        assert f"<td>train/grad_records_total</td><td>{final['train/grad_records_total']:.4g}</td>" in text
+    # GRPO records no JSD weights: its run alone makes no JSD figure
+    write_report([runs["grpo"]], tmp_path / "grpo-only")
+    assert not (tmp_path / "grpo-only" / "jsd_weights.png").exists()
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        write_report([tmp_path], tmp_path / "none")
