@@ -325,7 +325,7 @@ def data_alfworld(
 
         try:
             policy = load_policy(model)
-            won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source)
+            won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source, progress=True)
         except USER_ERRORS as error:
             _fail(str(error))
             return
@@ -344,7 +344,8 @@ def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | N
     kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {})}
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
     try:
-        trajectories = play_for_expert_labels(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed)
+        trajectories = play_for_expert_labels(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed,
+                                              progress=True)
     except USER_ERRORS as error:
         _fail(str(error))
         return

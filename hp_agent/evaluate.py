@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from rich.progress import Progress
 
 from hp_agent.envs import TextEnv, env_factory, make
 from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, collect
 from hp_agent.runs import atomic_write_text
 from hp_agent.trajectory import Trajectory
@@ -267,9 +267,8 @@ def evaluate(
             player = ModelPlayer(policy, envs, env, sampling or SamplingParams(), max_turns, label)
         task_ids = first.task_ids()[:limit] if limit else first.task_ids()
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
-        with Progress(disable=not progress, transient=True) as bar:
-            job = bar.add_task(f"eval {env}/{split} ({player.label})", total=len(episodes))
-            trajectories = player.play(episodes, seed, lambda n: bar.advance(job, n))
+        with LoopProgress(f"eval {env}/{split} ({player.label})", len(episodes), enabled=progress, every=10) as bar:
+            trajectories = player.play(episodes, seed, bar.advance)
     result = score(trajectories, env, str(split), samples, policy=player.label,
                    task_type_order=getattr(factory, "task_type_order", ()))
     if output is not None:

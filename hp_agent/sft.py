@@ -12,19 +12,18 @@ from __future__ import annotations
 import io
 import random
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from rich.progress import Progress
 
 from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, hindsight_sequences
 from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, collect, prompt_messages
 from hp_agent.runs import atomic_write_bytes
 from hp_agent.trajectory import Trajectory, read_jsonl
@@ -122,10 +121,8 @@ def supervised_warmup(
         shuffle.setstate(resume.shuffle)
         losses = list(resume.losses)
     pad_id = policy.tokenizer.pad_token_id or 0
-    log_plain = progress and not sys.stdout.isatty()  # a log file gets a line now and then instead
     policy.model.train()
-    with Progress(disable=not progress or log_plain, transient=True) as bar:
-        job = bar.add_task("sft", total=steps, completed=len(losses))
+    with LoopProgress("sft", steps, enabled=progress, every=LOG_EVERY, completed=len(losses)) as bar:
         for step in range(len(losses), steps):
             batch = shuffle.sample(sequences, min(batch_size, len(sequences)))
             loss = _batch_loss(policy, batch, pad_id, prompt_loss)
@@ -135,10 +132,8 @@ def supervised_warmup(
             optimizer.step()
             schedule.step()
             losses.append(loss.item())
-            bar.update(job, advance=1, description=f"sft loss {loss.item():.3f}")
-            if log_plain and (step + 1) % LOG_EVERY == 0:
-                recent = losses[-LOG_EVERY:]
-                print(f"sft step {step + 1}/{steps} loss {sum(recent) / len(recent):.4f}", flush=True)
+            recent = losses[-LOG_EVERY:]
+            bar.advance(1, f"loss {loss.item():.3f} (mean of the last {len(recent)}: {sum(recent) / len(recent):.4f})")
             if save is not None and (step + 1) % save_every == 0 and step + 1 < steps:
                 save(WarmupState(step + 1, losses, optimizer.state_dict(), schedule.state_dict(), shuffle.getstate()))
     policy.model.eval()
@@ -176,16 +171,18 @@ def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory
 
 
 def play_for_expert_labels(policy: Policy, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
-                           parallel_envs: int = 32, seed: int = 0) -> list[Trajectory]:
+                           parallel_envs: int = 32, seed: int = 0, progress: bool = False) -> list[Trajectory]:
     """DAgger's data: ``policy`` plays the first ``limit`` tasks once each, and every turn
     keeps the env's expert advice for the state it was in (see :func:`expert_label_sequences`)."""
+    from hp_agent.evaluate import ModelPlayer
+
     envs = [make(env_name, **env_kwargs) for _ in range(parallel_envs)]
     try:
         task_ids = envs[0].task_ids()[:limit]
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids)]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return collect(policy, envs, env_name, episodes, sampling, seed=seed)
+        player = ModelPlayer(policy, envs, env_name, sampling, None, "dagger")
+        with LoopProgress(f"dagger {env_name}", len(episodes), enabled=progress, every=parallel_envs) as bar:
+            return player.play(episodes, seed, bar.advance)
     finally:
         for env in envs:
             env.close()

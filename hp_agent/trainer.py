@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hp_agent.config import TrainConfig, TrainerConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
@@ -28,6 +27,7 @@ from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajector
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
 from hp_agent.lora import maybe_apply_lora
 from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, PhaseTimes, collect
 from hp_agent.runs import JsonlLog, MetricsWriter, latest_checkpoint, load_checkpoint_state, save_checkpoint
 from hp_agent.trajectory import Trajectory, format_token_mask
@@ -286,9 +286,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     summary = RunSummary(run_dir=run_dir, steps=state.step)
 
     # --- the loop ------------------------------------------------------------------
-    columns = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}")]
-    with Progress(*columns, disable=not progress) as bar:
-        job = bar.add_task("", total=config.trainer.steps, completed=state.step)
+    with LoopProgress("train", config.trainer.steps, enabled=progress, completed=state.step) as bar:
         for step in range(state.step, config.trainer.steps):
             step_start, cpu_start = time.perf_counter(), _cpu_seconds(envs)
             times = PhaseTimes()
@@ -344,7 +342,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
                 summary.checkpoint = save_checkpoint(run_dir, state.step, policy.model, policy.tokenizer, learner.save,
                                                      state.state_dict(ranks), config.trainer.keep_checkpoints, ranks)
-            bar.update(job, advance=1, description=f"reward {metrics['rollout/reward_mean']:.3f}  {total:.1f}s/step")
+            bar.advance(1, step_status(metrics, full=not bar.terminal))
     summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)
     return summary
@@ -361,6 +359,17 @@ def _record_views(policy: Policy, trajectories: list[Trajectory], scores: list[T
                            scoring, config.trainer.view_top_k)
         if not log.write({"step": step, "algo": config.algo.name, **view}):
             return  # credit_views.jsonl is full (trainer.view_max_mb)
+
+
+def step_status(metrics: dict[str, float], full: bool) -> str:
+    """A step in one line: reward, success, zero-gradient records and (``full``) each phase's seconds."""
+    status = (f"reward {metrics['rollout/reward_mean']:.3f} success {metrics['rollout/success_rate']:.2f} "
+              f"zero-grad {metrics['train/zero_grad_records']:.0f}")
+    if not full:
+        return f"{status}  {metrics['time/total']:.1f}s/step"
+    phases = " ".join(f"{key.removeprefix('time/')} {value:.1f}s" for key, value in metrics.items()
+                      if key.startswith("time/") and key != "time/total")
+    return f"{status} | {phases} | total {metrics['time/total']:.1f}s"
 
 
 def _seed_everything(seed: int, torch_threads: int) -> None:

@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from hp_agent.envs.alfworld.pddl import SceneState, TaskSpec, check_game, game_data, traj_data, write_problem
+from hp_agent.progress import LoopProgress
 
 JSON_FOLDER = "json_2.1.1"
 SOURCES = ("synth", "alfred")
@@ -151,25 +152,21 @@ def _run(jobs: list[tuple], fn, workers: int, progress: bool, label: str) -> lis
     jobs = [(fn, job) for job in jobs]
     fn = _guarded
     out = []
-    t0 = time.time()
+    with LoopProgress(f"[{label}]", len(jobs), enabled=progress, every=20) as bar:
 
-    def report(i: int) -> None:
-        if progress and (i % 20 == 0 or i == len(jobs)):
-            kept = sum(r["status"] == "written" for r in out)
-            print(f"[{label}] {i}/{len(jobs)} done, {kept} written, {time.time() - t0:.0f}s", file=sys.stderr,
-                  flush=True)
+        def record(result: dict) -> None:
+            out.append(result)
+            bar.advance(1, f"{sum(r['status'] == 'written' for r in out)} written")
 
-    if workers <= 1 or len(jobs) <= 1:
-        for i, job in enumerate(jobs, 1):
-            out.append(fn(job))
-            report(i)
-        return out
-    # fork: workers need no re-import of the caller's script (spawn would re-run an unguarded one)
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers) as pool:
-        for i, rec in enumerate(pool.imap_unordered(fn, jobs, chunksize=1), 1):
-            out.append(rec)
-            report(i)
+        if workers <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                record(fn(job))
+            return out
+        # fork: workers need no re-import of the caller's script (spawn would re-run an unguarded one)
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        with ctx.Pool(workers) as pool:
+            for result in pool.imap_unordered(fn, jobs, chunksize=1):
+                record(result)
     return out
 
 

@@ -15,6 +15,7 @@ from hp_agent.envs.alfworld.data import SHORT_TASK_TYPES, list_games
 from hp_agent.envs.alfworld.env import AlfworldEnv
 from hp_agent.envs.alfworld.scripted import Job, play_episodes
 from hp_agent.envs.alfworld.sources import resolve_data_root
+from hp_agent.progress import LoopProgress
 from hp_agent.trajectory import Trajectory
 
 SPLIT_NAMES = ("train", "id", "ood")
@@ -34,14 +35,23 @@ def describe(root: Path) -> dict[str, dict[str, int]]:
 
 
 def expert_demonstrations(split: str = "train", limit: int | None = None, workers: int = 1,
-                          source: str = "auto") -> tuple[list[Trajectory], int]:
+                          source: str = "auto", progress: bool = False) -> tuple[list[Trajectory], int]:
     """The expert's won episodes of ``split`` as text (no token ids: an env knows no model),
     and how many episodes were played."""
     root = resolve_data_root(split, source, num_games=limit)
     env = AlfworldEnv(split=split, data_root=root, num_games=limit)
     jobs = [Job(task_id=task_id, seed=k, group=k) for k, task_id in enumerate(env.task_ids())]
+    won = 0
+
+    def done(trajectory: Trajectory) -> None:
+        nonlocal won
+        won += trajectory.success
+        bar.advance(1, f"{won} won")
+
     try:
-        played = play_episodes(env, {"split": split, "data_root": root, "num_games": limit}, "expert", jobs, workers=workers)
+        with LoopProgress(f"demonstrations {split}", len(jobs), enabled=progress, every=10) as bar:
+            played = play_episodes(env, {"split": split, "data_root": root, "num_games": limit}, "expert", jobs,
+                                   workers=workers, on_done=done)
     finally:
         env.close()
     return [t for t in played if t.success], len(played)
