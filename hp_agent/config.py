@@ -202,6 +202,10 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest removed first).")
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads (1-2 on a small CPU).")
     save_trajectories: bool = Field(True, description="Append each step's trajectories to trajectories.jsonl in the run folder.")
+    wandb_project: str | None = Field(
+        None, description="Also log every metric to this Weights & Biases project (needs `pip install wandb`; "
+        "WANDB_MODE=offline keeps the run on disk under the run folder)."
+    )
     views_per_step: int = Field(
         2, ge=0, description="Trajectories a step whose token credit, JSD weights and top tokens of both views go to "
         "credit_views.jsonl for `hp-agent show` (successes and failures in turn; 0: none)."

@@ -19,6 +19,7 @@ files are cut back to their last complete line when a run resumes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -105,24 +106,44 @@ def read_jsonl_records(path: Path) -> list[dict[str, Any]]:
 
 
 class MetricsWriter:
-    """Scalars to ``metrics.jsonl`` and TensorBoard, with the same names."""
+    """Scalars to ``metrics.jsonl``, TensorBoard and (``wandb_project``) Weights & Biases,
+    with the same names."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None):
+    def __init__(self, run_dir: Path, resume_step: int | None = None, wandb_project: str | None = None,
+                 config: dict[str, Any] | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.jsonl = JsonlLog(run_dir / "metrics.jsonl", resume_step)
         self.tensorboard = SummaryWriter(log_dir=str(run_dir), purge_step=resume_step)
+        self.wandb = _wandb_run(run_dir, wandb_project, config) if wandb_project else None
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         self.jsonl.write({"step": step, **metrics})
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.tensorboard.add_scalar(key, value, step)
+        scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        for key, value in scalars.items():
+            self.tensorboard.add_scalar(key, value, step)
         self.tensorboard.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
 
     def close(self) -> None:
         self.jsonl.close()
         self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> Any:
+    """A W&B run named after the run folder, its files under it; a resumed run continues the
+    same W&B run (steps it logged before are not logged again). ``WANDB_MODE=offline``
+    keeps it on disk for ``wandb sync``."""
+    try:
+        import wandb
+    except ImportError as error:
+        raise ImportError(f"trainer.wandb_project={project!r} is set, but the wandb package is not installed "
+                          f"({error}): pip install wandb, or leave trainer.wandb_project unset") from error
+    run_id = f"{run_dir.name}-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:8]}"  # the same on resume
+    return wandb.init(project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=config)
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hp_agent.config import TrainConfig, TrainerConfig, load_config, save_config
+from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
 from hp_agent.credit_view import VIEWS_FILE, credit_view, pick_for_view
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
@@ -209,15 +209,17 @@ class RunLogs:
     views: JsonlLog | _Discard | None
 
     @classmethod
-    def open(cls, run_dir: Path, trainer: TrainerConfig, resume_step: int | None, resources: ExitStack,
+    def open(cls, run_dir: Path, config: TrainConfig, resume_step: int | None, resources: ExitStack,
              ranks: Ranks = SINGLE) -> RunLogs:
+        trainer = config.trainer
         if not ranks.is_main:
             return cls(_Discard(), _Discard(), _Discard() if trainer.save_trajectories else None, None)
 
         def log(path: Path, max_bytes: int | None = None) -> JsonlLog:
             return resources.enter_context(closing(JsonlLog(path, resume_step=resume_step, max_bytes=max_bytes)))
 
-        metrics = resources.enter_context(closing(MetricsWriter(run_dir, resume_step=resume_step)))
+        metrics = resources.enter_context(closing(MetricsWriter(run_dir, resume_step, trainer.wandb_project,
+                                                                config.model_dump())))
         return cls(metrics, log(run_dir / "grad_norms.jsonl"),
                    log(run_dir / "trajectories.jsonl") if trainer.save_trajectories else None,
                    log(run_dir / VIEWS_FILE, int(trainer.view_max_mb * 1e6)) if trainer.views_per_step else None)
@@ -278,7 +280,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     if checkpoint is not None:
         learner.load(checkpoint)
         state.load_state_dict(load_checkpoint_state(checkpoint), ranks)
-    logs = RunLogs.open(run_dir, config.trainer, state.step if resuming else None, resources, ranks)
+    logs = RunLogs.open(run_dir, config, state.step if resuming else None, resources, ranks)
     rule = config.algo.rule
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)

@@ -8,6 +8,7 @@ import pytest
 
 import hp_agent
 from hp_agent.progress import LoopProgress
+from hp_agent.runs import read_jsonl_records
 
 
 def test_plain_lines_come_every_n_items_and_at_the_last(capsys):
@@ -38,3 +39,35 @@ def test_training_off_a_terminal_logs_one_line_per_step_with_its_phases(tmp_path
     for line in lines:
         assert re.search(r"reward [0-9.]+ success [0-9.]+ zero-grad \d+ \| .*generation [0-9.]+s.*hindsight [0-9.]+s"
                          r".*train [0-9.]+s.* \| total [0-9.]+s$", line), line
+
+
+@pytest.mark.slow
+def test_weights_and_biases_gets_every_metric_when_a_project_is_set(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no network here: the run stays on disk, for `wandb sync`
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = {"env": {"name": "keys"}, "rollout": {"max_new_tokens": 5},
+              "trainer": {"steps": 2, "prompts_per_step": 2, "run_dir": str(tmp_path), "name": "wb", "views_per_step": 0,
+                          "wandb_project": "hp-agent-test"}}
+    run = hp_agent.train(config, progress=False).run_dir
+    (log,) = run.glob("wandb/offline-run-*/run-*.wandb")
+    logged = log.read_bytes()
+    names = {key for record in read_jsonl_records(run / "metrics.jsonl") for key in record if key != "step"}
+    assert len(names) > 20 and all(name.encode() in logged for name in names)
+
+
+def test_a_wandb_project_without_wandb_installed_is_a_clear_error(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("No module named 'wandb'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    from hp_agent.runs import MetricsWriter
+
+    with pytest.raises(ImportError, match=r"trainer.wandb_project='p' is set, but the wandb package is not installed"):
+        MetricsWriter(tmp_path, wandb_project="p")
