@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -368,6 +369,16 @@ def _alfred_folder(path: Path) -> Path:
     return path
 
 
+def _report_written(what: str, make: Callable[[], Path]) -> None:
+    """Run ``make`` and say where it wrote ``what``; a user's error is one line."""
+    try:
+        path = make()
+    except USER_ERRORS as error:
+        _fail(str(error))
+        return
+    console.print(f"{what} written to {path}")
+
+
 @app.command("merge-lora")
 def merge_lora(
     adapter: Path = typer.Argument(..., help="A LoRA run folder (its latest checkpoint) or a checkpoint's adapter folder."),
@@ -377,12 +388,7 @@ def merge_lora(
     _quiet_libraries()
     from hp_agent.lora import merge_adapter
 
-    try:
-        folder = merge_adapter(adapter, out)
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
-    console.print(f"merged model written to {folder}")
+    _report_written("merged model", lambda: merge_adapter(adapter, out))
 
 
 @app.command()
@@ -394,30 +400,20 @@ def show(
     """One self-contained HTML page of a step's trajectories, each action token shaded by its credit."""
     from hp_agent.show import write_page
 
-    try:
-        page = write_page(run, step, out)
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
-    console.print(f"credit viewer written to {page}")
+    _report_written("credit viewer", lambda: write_page(run, step, out))
 
 
 @app.command()
 def report(
     runs: list[Path] = typer.Argument(..., help="Run folders, overlaid on each figure (e.g. the two methods of a comparison)."),
     out: Optional[Path] = typer.Option(None, help="Folder for the figures and index.html (default: RUN/report for one run, "
-                                       "else runs/report-<names>)."),
+                                       "else report-<names> beside the first run)."),
 ) -> None:
     """PNG figures (reward and success over steps and wall time, phase times, gradient norms, JSD weights) and an HTML page."""
     from hp_agent.report import write_report
 
     folder = out or (runs[0] / "report" if len(runs) == 1 else runs[0].parent / ("report-" + "-".join(r.name for r in runs)))
-    try:
-        page = write_report(runs, folder)
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
-    console.print(f"report written to {page}")
+    _report_written("report", lambda: write_report(runs, folder))
 
 
 @app.command()
