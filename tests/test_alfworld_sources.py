@@ -67,7 +67,8 @@ def test_cli_builds_and_counts_synthesized_games(no_official):
     out = subprocess.run([sys.executable, "-m", "hp_agent.cli", "data", "alfworld", "--build", "--split", "ood",
                           "--count", "2", "--workers", "1"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "synthesized from the alfworld wheel" in out.stdout and "[synth valid_unseen] 2/2 done" in out.stderr
+    assert "synthesized from the alfworld wheel" in out.stdout and "[synth valid_unseen] 2/2 (" in out.stderr
+    assert "2 written" in out.stderr  # the progress line (stderr is not a terminal here)
     row = next(line for line in out.stdout.splitlines() if line.strip("│ ").startswith("ood"))
     assert row.split("│")[-2].strip() == "2"  # the total column
     out = subprocess.run([sys.executable, "-m", "hp_agent.cli", "data", "alfworld", "--build", "--split", "test"],

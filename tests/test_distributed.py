@@ -139,7 +139,7 @@ def test_two_rank_run_writes_one_folder_and_resumes_after_a_kill_to_the_same_met
     whole = _train(tmp_path, "whole", setting)
     learner_files = ["model", "optimizer.pt", "state.pt"] if parallel == "ddp" else ["learner", "model", "state.pt"]
     assert sorted(p.name for p in whole.iterdir() if not p.name.startswith("events.")) == [
-        "checkpoints", "config.yaml", "grad_norms.jsonl", "metrics.jsonl", "trajectories.jsonl"]
+        "checkpoints", "config.yaml", "credit_views.jsonl", "grad_norms.jsonl", "metrics.jsonl", "trajectories.jsonl"]
     trajectories = read_jsonl_records(whole / "trajectories.jsonl")
     assert [t["step"] for t in trajectories] == [0] * 4 + [1] * 4  # both ranks' episodes, logged once
     assert [c.name for c in sorted((whole / "checkpoints").glob("step_*"))] == ["step_000001", "step_000002"]
