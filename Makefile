@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install demo demo-alfworld test test-exhaustive test-vllm bench bench-vllm clean
+.PHONY: install demo demo-alfworld test test-exhaustive test-vllm bench bench-vllm bench-trl clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,5 +88,18 @@ bench-vllm:
 	bash scripts/setup_vllm_env.sh
 	.venv-vllm/bin/python bench/generation.py
 
+# hp-agent against TRL's GRPOTrainer on the same work (bench/vs_trl.py), in its own environment
+# (.venv-trl: trl 1.16 on the CPU torch build, with hp_agent; ~1 min the first time).
+TRL_STAMP := .venv-trl/.installed
+$(TRL_STAMP): pyproject.toml
+	$(PYTHON) -m venv .venv-trl
+	.venv-trl/bin/pip install --quiet --upgrade pip
+	.venv-trl/bin/pip install --quiet "$(TORCH_SPEC)"
+	.venv-trl/bin/pip install --quiet -e ".[trl]" "$(TORCH_SPEC)"
+	touch $(TRL_STAMP)
+
+bench-trl: $(TRL_STAMP)
+	.venv-trl/bin/python bench/vs_trl.py
+
 clean:
-	rm -rf $(VENV) .venv-vllm .pytest_cache
+	rm -rf $(VENV) .venv-vllm .venv-trl .pytest_cache
