@@ -42,12 +42,21 @@ BLOCK_HEADER = "[Hindsight: privileged information, shown only for scoring]"
 class TrajectoryScores:
     """Per-turn tensors aligned with each turn's ``action_ids``.
 
-    causal_logprobs: log pi_old(y_j | causal history), [len(action_ids)] per turn.
+    causal_logprobs: log pi_old(y_j | causal history), [len(action_ids)] per turn; None
+                     per turn when not replayed (:func:`unreplayed_scores`).
     weights:         normalized JSD w_j in [0, 1] per token (None when not scored).
     """
 
-    causal_logprobs: list[torch.Tensor]
+    causal_logprobs: list[torch.Tensor | None]
     weights: list[torch.Tensor] | None = None
+
+
+def unreplayed_scores(trajectories: list[Trajectory]) -> list[TrajectoryScores]:
+    """Scores of trajectories that are not replayed: a rule without hindsight whose learner
+    takes one optimizer step on the batch runs that step on the weights that sampled, so
+    its own forward pass gives the behaviour log-probs (``TrainingSample.old_logprobs``
+    None) and a separate no-grad replay would compute the same numbers again."""
+    return [TrajectoryScores(causal_logprobs=[None] * len(t.turns)) for t in trajectories]
 
 
 def _truncate_tokens(tokenizer, text: str, max_tokens: int) -> str:

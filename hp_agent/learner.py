@@ -91,12 +91,14 @@ class TrainingSample:
     """One sequence to learn from: a turn's prompt and action, credit on the action.
 
     ``input_ids = prompt_ids + action_ids``; ``old_logprobs`` and ``credit`` are
-    [len(action_ids)], aligned with the action (the eligible) tokens.
+    [len(action_ids)], aligned with the action (the eligible) tokens. ``old_logprobs``
+    None: the learner's own log-probs stand for them, detached (the ratio is exactly 1),
+    which is right only in an optimizer step taken on the weights that sampled.
     """
 
     input_ids: list[int]
     action_start: int
-    old_logprobs: torch.Tensor
+    old_logprobs: torch.Tensor | None
     credit: torch.Tensor
 
     @property
@@ -201,7 +203,9 @@ class Learner:
                 input_ids, attention_mask = pad_right([s.input_ids for s in micro], self.pad_id)
                 logprobs = torch.cat(self.model.forward(input_ids, attention_mask,
                                                         [(s.action_start, len(s.input_ids)) for s in micro]))
-                old = torch.cat([s.old_logprobs for s in micro]).to(logprobs.device)
+                own = logprobs.detach().split([s.num_action_tokens for s in micro])
+                old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device)
+                                 for s, mine in zip(micro, own)])
                 credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
                 loss, metrics = clipped_policy_loss(
                     logprobs, old, credit, torch.ones_like(credit), self.clip_eps_low, self.clip_eps_high, num_eligible,

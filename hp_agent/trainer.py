@@ -23,7 +23,7 @@ from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBa
 from hp_agent.credit_view import VIEWS_FILE, credit_view, pick_for_view
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
 from hp_agent.envs.vector import EnvPool, make_env_pool
-from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories
+from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories, unreplayed_scores
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
 from hp_agent.lora import maybe_apply_lora
 from hp_agent.policies import Policy, SamplingParams, load_policy
@@ -285,6 +285,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
     scoring = ScoringOptions.from_config(config)
+    one_update = config.trainer.prompts_per_step * group_size <= config.learner.mini_batch_size  # one record a step
     summary = RunSummary(run_dir=run_dir, steps=state.step)
 
     # --- the loop ------------------------------------------------------------------
@@ -302,9 +303,13 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             # vllm with model.vllm.sleep: free the engine's GPU memory (counted with the weight sync that wakes it)
             times.add("time/weight_sync", policy.release_memory())
 
-            # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot
+            # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot. No replay
+            # where the learner takes one optimizer step: its own pass runs on the snapshot's weights.
             started = time.perf_counter()
-            scores = score_trajectories(policy, trajectories, scoring, with_hindsight=rule.hindsight)
+            if rule.hindsight or not one_update:
+                scores = score_trajectories(policy, trajectories, scoring, with_hindsight=rule.hindsight)
+            else:
+                scores = unreplayed_scores(trajectories)
             times.add("time/hindsight" if rule.hindsight else "time/replay", time.perf_counter() - started)
 
             # 3. credit (then the baseline's update), 4. the policy update

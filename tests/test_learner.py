@@ -290,3 +290,24 @@ def test_mixed_precision_computes_in_bfloat16_on_float32_master_weights():
     # The rollout model got the master weights, rounded to its bfloat16.
     published = rollout_policy.model.state_dict()[name]
     assert published.dtype == torch.bfloat16 and torch.equal(published, master[name].detach().to(torch.bfloat16))
+
+
+def test_a_grpo_step_without_replay_takes_the_replayed_step(policy):
+    """One optimizer step runs on the weights that sampled: the learner's own log-probs,
+    detached, are the behaviour log-probs a replay pass would compute (ratio exactly 1)."""
+    from hp_agent.hindsight import unreplayed_scores
+
+    trajectories = _rollouts(policy, tasks=2, group=4)
+    for i, trajectory in enumerate(trajectories):  # both groups split, so every advantage is nonzero
+        trajectory.reward, trajectory.success = float(i % 2), bool(i % 2)
+    replayed, _ = _credit(trajectories, score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False),
+                          "grpo")
+    unreplayed, _ = _credit(trajectories, unreplayed_scores(trajectories), "grpo")
+    assert all(s.old_logprobs is None for turns in unreplayed for s in turns)
+    other = copy.deepcopy(policy)
+    (with_replay,) = _learner(policy).step(replayed)
+    (without,) = _learner(other).step(unreplayed)
+    assert with_replay.grad_norm > 0 and without.grad_norm == pytest.approx(with_replay.grad_norm, rel=1e-4)
+    assert without.metrics["loss/ratio_mean"] == without.metrics["loss/ratio_max"] == 1.0
+    for (name, a), b in zip(policy.model.named_parameters(), other.model.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name

@@ -41,6 +41,8 @@ def test_two_steps_write_a_complete_run_folder(tmp_path, algo):
     for record in metrics:
         assert all(record[key] >= 0 for key in PHASES + [phase])
         assert record["time/total"] >= record[phase]
+        if algo == "grpo":  # 2 x 4 trajectories, one optimizer step: no replay, the learner's own pass (ratio 1)
+            assert record["loss/ratio_max"] == record["loss/ratio_mean"] == 1.0
     grads = read_jsonl_records(run / "grad_norms.jsonl")
     # one record a step: 2 prompts x G <= 8 trajectories fit the default mini-batch
     assert [(g["step"], g["mini_batch"]) for g in grads] == [(0, 0), (1, 0)]
