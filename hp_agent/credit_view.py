@@ -42,8 +42,7 @@ def _top_tokens(policy: Policy, logits: torch.Tensor, token_ids: list[int], top_
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     chosen = probs.gather(-1, torch.tensor(token_ids, device=probs.device).unsqueeze(-1)).squeeze(-1)
     return [
-        {"p": round(float(p), 5),
-         "top": [[policy.tokenizer.decode([int(t)]), round(float(q), 5)] for t, q in zip(ids, values)]}
+        {"p": round(float(p), 5), "top": [[text, round(float(q), 5)] for text, q in zip(policy.decode_tokens(ids), values)]}
         for p, ids, values in zip(chosen.tolist(), top.indices.tolist(), top.values.tolist())
     ]
 

@@ -85,9 +85,14 @@ class JsonlLog:
                 kept.append(line + "\n")
         atomic_write_text(self.path, "".join(kept))
 
+    @property
+    def full(self) -> bool:
+        """The file holds ``max_bytes`` (or more): :meth:`write` writes nothing more."""
+        return self.max_bytes is not None and self._file.tell() >= self.max_bytes
+
     def write(self, record: dict[str, Any]) -> bool:
-        """Append ``record``; False (and nothing written) once the file holds ``max_bytes``."""
-        if self.max_bytes is not None and self._file.tell() >= self.max_bytes:
+        """Append ``record``; False (and nothing written) once the file is :attr:`full`."""
+        if self.full:
             return False
         line = json.dumps({key: _json_safe(value) for key, value in record.items()}, ensure_ascii=False)
         self._file.write(line + "\n")

@@ -206,7 +206,7 @@ class RunLogs:
     metrics: MetricsWriter | _Discard
     grad_norms: JsonlLog | _Discard
     trajectories: JsonlLog | _Discard | None
-    views: JsonlLog | _Discard | None
+    views: JsonlLog | None  # rank 0 alone records views
 
     @classmethod
     def open(cls, run_dir: Path, config: TrainConfig, resume_step: int | None, resources: ExitStack,
@@ -340,9 +340,9 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             # a restarted worker restarts its count; with several ranks, all of them
             metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds(envs) - cpu_start, 0.0)], ranks)[0]
             if torch.cuda.is_available() and policy.device.type == "cuda":  # rank 0's device, since the run started
-                free, total = torch.cuda.mem_get_info(policy.device)
+                free_bytes, device_bytes = torch.cuda.mem_get_info(policy.device)
                 metrics["gpu/peak_memory_gib"] = torch.cuda.max_memory_allocated(policy.device) / (1 << 30)  # torch's allocator
-                metrics["gpu/device_used_gib"] = (total - free) / (1 << 30)  # everything on the device now (vLLM's too)
+                metrics["gpu/device_used_gib"] = (device_bytes - free_bytes) / (1 << 30)  # all on the device (vLLM's too)
             logs.metrics.write(step, metrics)
             state.step = summary.steps = step + 1
             summary.final_metrics = metrics
@@ -357,15 +357,16 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
 
 def _record_views(policy: Policy, trajectories: list[Trajectory], scores: list[TrajectoryScores],
                   samples: list[list[TrainingSample]], scoring: ScoringOptions, config: TrainConfig, step: int,
-                  log: JsonlLog | _Discard) -> None:
+                  log: JsonlLog) -> None:
     """``trainer.views_per_step`` of this step's trajectories, as ``hp-agent show`` draws them."""
     usable = usable_indices(trajectories)
     for pick in pick_for_view([trajectories[k] for k in usable], config.trainer.views_per_step):
+        if log.full:  # credit_views.jsonl holds trainer.view_max_mb: compute no view it would refuse
+            return
         k = usable[pick]
         view = credit_view(policy, trajectories[k], [sample.credit for sample in samples[pick]], scores[k].weights,
                            scoring, config.trainer.view_top_k)
-        if not log.write({"step": step, "algo": config.algo.name, **view}):
-            return  # credit_views.jsonl is full (trainer.view_max_mb)
+        log.write({"step": step, "algo": config.algo.name, **view})
 
 
 def step_status(metrics: dict[str, float], full: bool) -> str:

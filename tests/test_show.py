@@ -100,7 +100,9 @@ def test_views_alternate_successes_and_failures_and_the_file_stops_at_its_cap(tm
 
     assert pick_for_view([T(False), T(False), T(True), T(False), T(True)], 4) == [2, 0, 4, 1]
     log = JsonlLog(tmp_path / "v.jsonl", max_bytes=100)
+    assert not log.full
     written = [log.write({"step": k, "pad": "x" * 40}) for k in range(5)]
+    assert log.full  # the trainer computes no view once this holds
     log.close()
     assert written == [True, True, False, False, False]  # lines of 63 bytes: the second crosses 100; then nothing
     assert len(read_jsonl_records(tmp_path / "v.jsonl")) == 2
