@@ -1,7 +1,16 @@
-"""Rollout generation throughput: the vLLM backend against transformers, on this CPU.
+"""Rollout generation throughput: our transformers sampler against ``model.generate`` and vLLM, on this CPU.
 
     .venv-vllm/bin/python bench/generation.py                      # the embedded tiny model
     .venv-vllm/bin/python bench/generation.py --random-model 1024x8   # random Qwen3, hidden 1024, 8 layers
+    .venv/bin/python bench/generation.py --backends hf,generate    # without vLLM
+
+Backends: ``hf`` is HFPolicy as shipped (its own sampling loop, prefix reuse, decode
+attention without per-head key copies, preallocated cache); ``generate`` is transformers'
+``model.generate`` on the same weights as a user would load them (``sdpa`` attention,
+``DynamicCache``), with the same sampling (``do_sample``, temperature, ``top_p``, no
+``top_k``) and no scores asked for, as TRL calls it; ``hf-no-reuse`` is ``hf`` with
+``prefix_cache_tokens=0``, every prompt run whole as ``generate`` runs it; ``vllm`` is
+VLLMPolicy.
 
 The workload is a chat-history ALFWorld rollout (``prompt_mode="chat"``): ``--episodes``
 episodes, ``--group-size`` of them per task (a GRPO/HP-RLVR group), ``--turns`` turns.
@@ -14,12 +23,12 @@ process exactly the same prompts. Each turn samples ``--new-tokens`` tokens per 
 (temperature 1, the training default) through ``Policy.generate``, the call that
 rollout makes.
 
-Both backends are measured in the same process, in turns (``--repeats`` times each, a
+The backends are measured in the same process, in turns (``--repeats`` times each, a
 new set of episodes per repeat), after an untimed warm-up. vLLM's prefix cache is
 emptied before each repeat, as is the transformers backend's (its ``prefix_cache``), so
-both only reuse prefixes within a rollout. Throughput is
-sampled tokens per second of ``generate`` wall time; the ratio is of the medians.
-Both use ``--threads`` threads. The weight sync (``VLLMPolicy.sync_weights``) is timed
+both only reuse prefixes within a rollout (``generate`` reuses none). Throughput is
+sampled tokens per second of ``generate`` wall time; ratios are of the medians.
+All use ``--threads`` threads. The weight sync (``VLLMPolicy.sync_weights``) is timed
 too, since the vLLM backend pays it once per learner step.
 """
 
@@ -125,21 +134,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads for both backends")
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backends", default="hf,hf-no-reuse,generate,vllm",
+                        help="comma-separated: hf, hf-no-reuse, generate, vllm (hf first)")
     args = parser.parse_args(argv)
+    backends = args.backends.split(",")
+    if backends[0] != "hf" or not set(backends) <= {"hf", "hf-no-reuse", "generate", "vllm"}:
+        parser.error(f"--backends: 'hf' first, then any of 'hf-no-reuse', 'generate', 'vllm'; got {args.backends!r}")
 
     # Before torch loads: the vLLM engine freezes the thread count once it starts.
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
     torch.set_num_threads(args.threads)
+    from generate_baseline import GeneratePolicy
     from hp_agent.policies import SamplingParams
-    from hp_agent.policies.hf import HFPolicy
+    from hp_agent.policies.hf import DEFAULT_PREFIX_CACHE_TOKENS, HFPolicy
     from hp_agent.policies.resolve import resolve_model
-    from hp_agent.policies.vllm import VLLMPolicy
+
+    def load(backend: str, path: Path):
+        if backend == "vllm":
+            from hp_agent.policies.vllm import VLLMPolicy
+
+            return VLLMPolicy(path, max_model_len=args.max_model_len)
+        if backend == "generate":
+            return GeneratePolicy(path)
+        return HFPolicy(path, prefix_cache_tokens=0 if backend == "hf-no-reuse" else DEFAULT_PREFIX_CACHE_TOKENS)
 
     with tempfile.TemporaryDirectory(prefix="bench-generation-") as tmp:
         path = random_model(args.random_model, Path(tmp)) if args.random_model else resolve_model(args.model)
-        policies = {"hf": HFPolicy(path), "vllm": VLLMPolicy(path, max_model_len=args.max_model_len)}
+        policies = {backend: load(backend, path) for backend in backends}
         sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
         warmup = rollout_prompts(policies["hf"], 2, 1, 1, seed=-1)
         for policy in policies.values():
@@ -155,24 +178,37 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     policy.prefix_cache.clear()
                 rows[name].append(measure(policy, prompts, sampling))
-        sync_seconds = [policies["vllm"].sync_weights() for _ in range(3)]
+        sync_seconds = [policies["vllm"].sync_weights() for _ in range(3)] if "vllm" in policies else []
         parameters = sum(p.numel() for p in policies["hf"].model.parameters())
 
     median = {name: statistics.median(r["tokens_per_s"] for r in runs) for name, runs in rows.items()}
-    ratio = median["vllm"] / median["hf"]
+    ratios = {}
+    if "generate" in median:
+        ratios["hf_over_generate"] = median["hf"] / median["generate"]
+        if "hf-no-reuse" in median:
+            ratios["hf_no_reuse_over_generate"] = median["hf-no-reuse"] / median["generate"]
+    if "vllm" in median:
+        ratios["vllm_over_hf"] = median["vllm"] / median["hf"]
     label = f"random Qwen3 {args.random_model}" if args.random_model else str(args.model)
     print(f"model {label} ({parameters / 1e6:.1f}M params)  threads {args.threads}  episodes {args.episodes} "
           f"(groups of {args.group_size})  turns {args.turns}  new tokens {args.new_tokens}  "
           f"prompt tokens mean {statistics.mean(prompt_lengths):.0f} (min {min(prompt_lengths)}, max {max(prompt_lengths)})")
-    print(f"{'backend':>8} {'tokens/s (median)':>18}  per repeat")
+    print(f"{'backend':>11} {'tokens/s (median)':>18}  per repeat")
     for name, runs in rows.items():
-        print(f"{name:>8} {median[name]:>18.1f}  " + "  ".join(f"{r['tokens_per_s']:.1f}" for r in runs))
-    print(f"ratio vllm / hf: {ratio:.2f}x   weight sync: {statistics.median(sync_seconds) * 1000:.1f} ms")
+        print(f"{name:>11} {median[name]:>18.1f}  " + "  ".join(f"{r['tokens_per_s']:.1f}" for r in runs))
+    if "hf_over_generate" in ratios:
+        no_reuse = ratios.get("hf_no_reuse_over_generate")
+        print(f"ratio hf / model.generate: {ratios['hf_over_generate']:.2f}x"
+              + (f"   without prefix reuse: {no_reuse:.2f}x" if no_reuse else ""))
+    if "vllm_over_hf" in ratios:
+        print(f"ratio vllm / hf: {ratios['vllm_over_hf']:.2f}x   weight sync: {statistics.median(sync_seconds) * 1000:.1f} ms")
+    sync = round(statistics.median(sync_seconds), 4) if sync_seconds else None
     print(json.dumps({"model": label, "params_m": round(parameters / 1e6, 2), "threads": args.threads,
                       "episodes": args.episodes, "turns": args.turns, "new_tokens": args.new_tokens,
                       "prompt_tokens_mean": round(statistics.mean(prompt_lengths), 1),
-                      "hf_tokens_per_s": round(median["hf"], 1), "vllm_tokens_per_s": round(median["vllm"], 1),
-                      "ratio": round(ratio, 3), "sync_s": round(statistics.median(sync_seconds), 4)}))
+                      **{f"{name}_tokens_per_s": round(value, 1) for name, value in median.items()},
+                      **{name: round(value, 3) for name, value in ratios.items()},
+                      "sync_s": sync}))
     return 0
 
 

@@ -27,33 +27,12 @@ import sys
 import time
 
 import torch
-from transformers import GenerationConfig
-
+from generate_baseline import GeneratePolicy
 from generation import rollout_prompts
 from hindsight_scoring import synth_trajectory
-from hp_agent.policies import Generation, SamplingParams
+from hp_agent.policies import SamplingParams
 from hp_agent.policies.hf import HFPolicy
 from hp_agent.policies.resolve import resolve_model
-
-
-class GeneratePolicy(HFPolicy):
-    """HFPolicy sampling through ``model.generate``: left-padded prompts, run whole."""
-
-    @torch.no_grad()
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt) :] = 1
-        config = GenerationConfig(max_new_tokens=sampling.max_new_tokens, do_sample=False, eos_token_id=self.eos_token_id,
-                                  pad_token_id=self.pad_token_id, return_dict_in_generate=True, output_scores=True)
-        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
-        new_ids = out.sequences[:, width:]
-        logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
-        chosen = logprobs.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
-        return [self._trim(new_ids[row], chosen[row]) for row in range(len(prompts))]
 
 
 def verl_agent_prompts(policy: HFPolicy, episodes: int, turns: int, seed: int) -> list[list[list[int]]]:

@@ -114,7 +114,9 @@ def load_adapter_model(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(adapter_base_folder(adapter_dir), dtype=dtype)
+    from hp_agent.policies.attention import DECODE_SDPA
+
+    base = AutoModelForCausalLM.from_pretrained(adapter_base_folder(adapter_dir), dtype=dtype, attn_implementation=DECODE_SDPA)
     model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=trainable and not merge)
     return model.merge_and_unload() if merge else model
 

@@ -30,11 +30,12 @@ import torch
 
 from hp_agent.batching import token_budget_batches
 from hp_agent.policies import Policy
+from hp_agent.policies.attention import DECODE_SDPA
 from hp_agent.policies.prefix_cache import CachedSequence, PrefixCache, batch_past
 
 # Attention implementations that add a custom 4-D float mask to the attention scores
 # (transformers' masking_utils returns a 4-D mask as is; flash-attention would ignore it).
-MASKED_ATTENTION = ("eager", "sdpa")
+MASKED_ATTENTION = ("eager", "sdpa", DECODE_SDPA)
 
 
 @dataclass
@@ -214,8 +215,8 @@ def packed_span_hidden_states(
         members[row].append(index)
     out: list[torch.Tensor | None] = [None] * len(sequences)
     for batch in token_budget_batches([len(row) for row, _ in rows], max_tokens):
-        past, past_width = batch_past([rows[r][1] for r in batch])
         width = max(len(rows[r][0]) for r in batch)
+        past, past_width = batch_past([rows[r][1] for r in batch], new_tokens=width)
         input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         position_ids = torch.zeros((len(batch), width), dtype=torch.long)
         bias = torch.full((len(batch), 1, width, past_width + width), float("-inf"), dtype=parameter.dtype)

@@ -204,7 +204,7 @@ def test_scoring_after_a_rollout_reuses_its_prompts_keys_and_values(tiny_policy,
     tiny_policy.generate(prompts, SamplingParams(max_new_tokens=2, greedy=True))
     reused_widths = []
     original_batch_past = packing.batch_past
-    monkeypatch.setattr(packing, "batch_past", lambda hits: reused_widths.append(max(n for _, n in hits)) or original_batch_past(hits))
+    monkeypatch.setattr(packing, "batch_past", lambda hits, **kw: reused_widths.append(max(n for _, n in hits)) or original_batch_past(hits, **kw))
     for with_hindsight in (True, False):
         packed = score_trajectories(tiny_policy, trajectories, options, with_hindsight=with_hindsight)
         assert _max_difference(packed, reference, "causal_logprobs") <= 1e-4

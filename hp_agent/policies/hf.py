@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.cache_utils import Cache
 
 from hp_agent.lora import is_adapter_folder, load_adapter_model
 from hp_agent.policies import Generation, SamplingParams
+from hp_agent.policies.attention import DECODE_SDPA
 from hp_agent.policies.prefix_cache import PrefixCache, batch_past, row_sequence
 
 DEFAULT_PREFIX_CACHE_TOKENS = 32_768
@@ -44,7 +46,9 @@ class HFPolicy:
         if self.adapter_path is not None:
             self.model = load_adapter_model(self.path, _DTYPES[dtype], merge=True).to(self.device)
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=_DTYPES[dtype]).to(self.device)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                self.path, dtype=_DTYPES[dtype], attn_implementation=DECODE_SDPA
+            ).to(self.device)
         self.eos_token_id = self.tokenizer.eos_token_id
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_token_id
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
@@ -77,9 +81,9 @@ class HFPolicy:
         self.model.eval()
         self.prefix_cache.check_weights(self.model)
         hits = [self.prefix_cache.lookup(prompt) for prompt in prompts]
-        cache, reused_width = batch_past(hits)
         suffixes = [prompt[reused:] for prompt, (_, reused) in zip(prompts, hits)]
         width = max(len(suffix) for suffix in suffixes)
+        cache, reused_width = batch_past(hits, new_tokens=width + sampling.max_new_tokens)
         rows = len(prompts)
         input_ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
         position_ids = torch.zeros((rows, width), dtype=torch.long)
@@ -107,7 +111,7 @@ class HFPolicy:
         input_ids: torch.Tensor,
         position_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        cache: DynamicCache,
+        cache: Cache,
         sampling: SamplingParams,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-by-token sampling until every row ends its turn; returns the sampled ids

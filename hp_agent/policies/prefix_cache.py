@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 
 @dataclass(eq=False)  # entries are compared by identity
@@ -147,27 +148,71 @@ class PrefixCache:
                 del index[block_hash]
 
 
-def batch_past(hits: Sequence[tuple[CachedSequence | None, int]]) -> tuple[DynamicCache, int]:
+class PreallocatedLayer(DynamicLayer):
+    """A cache layer that writes new keys and values into buffers of ``capacity`` slots
+    instead of concatenating them (transformers' ``DynamicLayer`` copies the whole cache
+    at every decode step). ``keys``/``values`` are views of the filled slots; a buffer
+    that fills up doubles."""
+
+    is_croppable = False
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self._buffers = [states.new_empty((*states.shape[:-2], self.capacity, states.shape[-1])) for states in (key_states, value_states)]
+        self.is_initialized = True
+
+    def fill(self, buffers: list[torch.Tensor], length: int) -> PreallocatedLayer:
+        """Take ``buffers`` ([keys, values], ``capacity`` slots) whose first ``length`` slots are filled."""
+        self.dtype, self.device, self.is_initialized = buffers[0].dtype, buffers[0].device, True
+        self._buffers, self.length = buffers, length
+        self.keys, self.values = (buffer[..., :length, :] for buffer in buffers)
+        return self
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self._buffers[0].shape[-2]:
+            self._buffers = [_grown(buffer, self.length, 2 * end) for buffer in self._buffers]
+        for buffer, states in zip(self._buffers, (key_states, value_states)):
+            buffer[..., self.length : end, :] = states
+        self.fill(self._buffers, end)
+        return self.keys, self.values
+
+
+def _grown(buffer: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
+    grown = buffer.new_empty((*buffer.shape[:-2], capacity, buffer.shape[-1]))
+    grown[..., :filled, :] = buffer[..., :filled, :]
+    return grown
+
+
+def batch_past(hits: Sequence[tuple[CachedSequence | None, int]], new_tokens: int = 0) -> tuple[Cache, int]:
     """A batched cache holding row i's reused keys and values right-aligned in ``width``
-    slots (the slots before them are padding for the attention mask to hide); returns it
-    and ``width``, the longest reuse."""
+    slots (the slots before them are padding for the attention mask to hide; zeros, since
+    a masked value still enters attention times 0), with room for ``new_tokens`` more;
+    returns it and ``width``, the longest reuse."""
     width = max(reused for _, reused in hits)
+    capacity = width + new_tokens
     if width == 0:
-        return DynamicCache(), 0
+        return Cache(layer_class_to_replicate=partial(PreallocatedLayer, capacity)), 0
     template = next(entry for entry, reused in hits if reused)
     layers = []
     for layer in range(len(template.keys)):
-        keys = template.keys[layer].new_zeros((len(hits), *template.keys[layer].shape[:1], width, template.keys[layer].shape[-1]))
-        values = torch.zeros_like(keys)
+        stored = (template.keys[layer], template.values[layer])
+        buffers = [s.new_zeros((len(hits), s.shape[0], capacity, s.shape[-1])) for s in stored]
         for row, (entry, reused) in enumerate(hits):
             if reused:
-                keys[row, :, width - reused :] = entry.keys[layer][:, :reused]
-                values[row, :, width - reused :] = entry.values[layer][:, :reused]
-        layers.append((keys, values))
-    return DynamicCache(ddp_cache_data=layers), width
+                buffers[0][row, :, width - reused : width] = entry.keys[layer][:, :reused]
+                buffers[1][row, :, width - reused : width] = entry.values[layer][:, :reused]
+        layers.append(PreallocatedLayer(capacity).fill(buffers, width))
+    return Cache(layers=layers), width
 
 
-def row_sequence(cache: DynamicCache, row: int, slots: torch.Tensor, token_ids: Sequence[int]) -> CachedSequence:
+def row_sequence(cache: Cache, row: int, slots: torch.Tensor, token_ids: Sequence[int]) -> CachedSequence:
     """Row ``row``'s keys and values at cache ``slots`` (one per token of ``token_ids``)."""
     slots = slots.to(cache.layers[0].keys.device)
     return CachedSequence(
