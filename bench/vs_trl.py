@@ -6,8 +6,9 @@
 Three runs, each in its own process with one torch thread, alternated ``--repeats``
 times so that the machine's load hits them alike:
 
-* ``trl``: TRL's ``GRPOTrainer`` (transformers ``generate``, ``beta=0`` so no reference
-  model, one optimizer step per generation batch, no gradient checkpointing);
+* ``trl``: TRL's ``GRPOTrainer`` (transformers ``generate`` on transformers' ``sdpa``
+  attention, ``beta=0`` so no reference model, one optimizer step per generation batch,
+  no gradient checkpointing);
 * ``grpo``: ``hp_agent.train`` with GRPO, G rollouts per prompt;
 * ``hp-rlvr``: ``hp_agent.train`` with HP-RLVR, one rollout per prompt.
 
@@ -95,6 +96,7 @@ def _run_trl(args: argparse.Namespace, out: Path) -> dict:
                         use_cpu=True, bf16=False, seed=SEED, shuffle_dataset=False, gradient_checkpointing=False,
                         chat_template_kwargs={"enable_thinking": False}, disable_dropout=True, dataloader_num_workers=0)
     model = policy.model
+    model.set_attn_implementation("sdpa")  # as a TRL user loads it: transformers' default, not our decode attention
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, processing_class=policy.tokenizer,
                           train_dataset=Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows]),
                           callbacks=[clock])
