@@ -75,6 +75,7 @@ test-vllm:
 bench: install
 	$(BIN)/python bench/hindsight_scoring.py
 	$(BIN)/python bench/hindsight_scoring.py --prompt-mode chat --turns 10 --repeats 1
+	$(BIN)/python bench/generation.py --backends hf,hf-no-reuse,generate
 	$(BIN)/python bench/prefix_reuse.py --mode chat --turns 10 --repeats 2
 	$(BIN)/python bench/prefix_reuse.py --mode verl-agent --turns 10 --repeats 2
 	$(BIN)/python bench/jsd_memory.py --variants naive,chunked

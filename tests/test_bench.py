@@ -1,0 +1,27 @@
+"""The generation benchmark runs and prints its model.generate ratio (a smoke test: no timing is asserted)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_generation_bench_prints_our_sampler_against_model_generate() -> None:
+    command = [sys.executable, "bench/generation.py", "--backends", "hf,hf-no-reuse,generate", "--episodes", "2",
+               "--group-size", "2", "--turns", "2", "--new-tokens", "4", "--repeats", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"hf_tokens_per_s", "hf-no-reuse_tokens_per_s", "generate_tokens_per_s"} <= result.keys()
+    assert result["hf_over_generate"] > 0 and result["sync_s"] is None
+    assert "ratio hf / model.generate" in done.stdout
+
+
+def test_generation_bench_names_a_bad_backend() -> None:
+    done = subprocess.run([sys.executable, "bench/generation.py", "--backends", "hf,trl"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--backends" in done.stderr and "'hf-no-reuse'" in done.stderr
