@@ -103,3 +103,11 @@ def test_preallocated_layer_appends_without_copying_until_full() -> None:
 
 def test_the_policy_samples_with_decode_attention(tiny_policy) -> None:
     assert tiny_policy.model.config._attn_implementation == DECODE_SDPA
+
+
+def test_preallocated_layer_starts_over_after_a_reset() -> None:
+    layer = PreallocatedLayer(capacity=4)
+    layer.update(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+    layer.reset()
+    keys, _ = layer.update(torch.full((1, 1, 1, 2), 5.0), torch.zeros(1, 1, 1, 2))
+    assert keys.shape[-2] == 1 and bool((keys == 5).all())

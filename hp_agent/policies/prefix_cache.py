@@ -158,28 +158,27 @@ class PreallocatedLayer(DynamicLayer):
 
     def __init__(self, capacity: int):
         super().__init__()
-        self.capacity, self.length = capacity, 0
+        self.capacity = capacity  # slots of the first buffers
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self._buffers = [states.new_empty((*states.shape[:-2], self.capacity, states.shape[-1])) for states in (key_states, value_states)]
-        self.is_initialized = True
+        self.fill([states.new_empty((*states.shape[:-2], self.capacity, states.shape[-1])) for states in (key_states, value_states)], 0)
 
     def fill(self, buffers: list[torch.Tensor], length: int) -> PreallocatedLayer:
-        """Take ``buffers`` ([keys, values], ``capacity`` slots) whose first ``length`` slots are filled."""
+        """Take ``buffers`` ([keys, values]) whose first ``length`` slots are filled."""
         self.dtype, self.device, self.is_initialized = buffers[0].dtype, buffers[0].device, True
-        self._buffers, self.length = buffers, length
+        self._buffers = buffers
         self.keys, self.values = (buffer[..., :length, :] for buffer in buffers)
         return self
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
+        start = self.keys.shape[-2]
+        end = start + key_states.shape[-2]
         if end > self._buffers[0].shape[-2]:
-            self._buffers = [_grown(buffer, self.length, 2 * end) for buffer in self._buffers]
+            self._buffers = [_grown(buffer, start, 2 * end) for buffer in self._buffers]
         for buffer, states in zip(self._buffers, (key_states, value_states)):
-            buffer[..., self.length : end, :] = states
+            buffer[..., start:end, :] = states
         self.fill(self._buffers, end)
         return self.keys, self.values
 
