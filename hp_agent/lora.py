@@ -148,7 +148,7 @@ def maybe_apply_lora(policy: Policy, section: ModelConfig) -> Policy:
         policy.model = load_adapter_model(adapter, dtype, merge=False, trainable=True).to(device)
     else:
         policy.model = apply_lora(policy.model, section, base_reference(section.name, policy.path))
-    policy.prefix_cache.clear()  # keys and values of the model before
+    policy.weights_changed()  # the cached keys and values are the model's before
     return policy
 
 

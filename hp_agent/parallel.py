@@ -24,12 +24,14 @@ on trainable weights whose dtype is not float32, trains a *copy* (sharded over r
 fp32 master weights) and :meth:`TrainModel.publish` gathers its full weights back into
 the policy's model after each learner step; the copy's state and the optimizer's are
 then checkpointed with ``torch.distributed.checkpoint`` (every rank writes its shards).
+Either way :meth:`TrainModel.publish` then tells the policy that its weights changed
+(``weights_changed``: the policy's prefix cache holds the old weights' keys and values).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Literal
@@ -74,13 +76,16 @@ class TrainModel:
     one rank). ``mixed_precision``: bf16 compute, fp32 weights, gradients and optimizer
     state (autocast, or FSDP2's ``MixedPrecisionPolicy``). ``activation_checkpointing``:
     each decoder layer's activations are recomputed in backward instead of kept.
+    ``weights_changed``: called by :meth:`publish` once the policy's model holds new
+    weights (the policy's ``weights_changed``; None: nothing to tell).
     """
 
     def __init__(self, model: nn.Module, temperature: float, ranks: Ranks = SINGLE, parallel: Parallel = "ddp",
-                 mixed_precision: bool = False, activation_checkpointing: bool = False):
+                 mixed_precision: bool = False, activation_checkpointing: bool = False,
+                 weights_changed: Callable[[], None] | None = None):
         if parallel not in ("ddp", "fsdp2"):
             raise ValueError(f"learner.parallel={parallel!r}; valid: ddp, fsdp2")
-        self.rollout_model, self.ranks = model, ranks
+        self.rollout_model, self.ranks, self.weights_changed = model, ranks, weights_changed
         self.sharded = ranks.enabled and parallel == "fsdp2"
         self.device = next(model.parameters()).device
         self.autocast = mixed_precision and not self.sharded  # FSDP2 casts through its own policy
@@ -136,14 +141,17 @@ class TrainModel:
     @torch.no_grad()
     def publish(self) -> None:
         """Copy the trained weights into the policy's model (with FSDP2, every rank gathers
-        the full tensors: a collective). A no-op when the policy's model is the one trained."""
-        if not self.separate:
-            return
-        targets = dict(self.rollout_model.named_parameters())
-        for name, parameter in self.trained.named_parameters():
-            if parameter.requires_grad:
-                full = parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
-                targets[name].copy_(full)
+        the full tensors: a collective; nothing to copy when the policy's model is the one
+        trained), then call ``weights_changed``. Explicitly, every time: version counters
+        miss in-place writes that bypass autograd (``.data``, fused optimizers)."""
+        if self.separate:
+            targets = dict(self.rollout_model.named_parameters())
+            for name, parameter in self.trained.named_parameters():
+                if parameter.requires_grad:
+                    full = parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
+                    targets[name].copy_(full)
+        if self.weights_changed is not None:
+            self.weights_changed()
 
     def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
         """Write the optimizer state (and a separate training copy's weights) into a

@@ -3,9 +3,15 @@
 import pytest
 import torch
 
+from hp_agent.config import TrainConfig
+from hp_agent.envs import make
+from hp_agent.hindsight import ScoringOptions, score_trajectories
+from hp_agent.learner import Learner, TrainingSample
+from hp_agent.parallel import TrainModel
 from hp_agent.policies import SamplingParams
 from hp_agent.policies.hf import HFPolicy, top_p_filter
-from hp_agent.policies.prefix_cache import CachedSequence, PrefixCache
+from hp_agent.policies.prefix_cache import CachedSequence, PrefixCache, weights_version
+from hp_agent.rollout import Episode, collect
 
 GREEDY = SamplingParams(max_new_tokens=12, greedy=True)
 FIRST_TURNS = [
@@ -29,6 +35,15 @@ def next_turns(policy: HFPolicy, turns: list[list[dict]], generations) -> list[l
                     {"role": "user", "content": "You open the fridge 1. The fridge 1 is open. In it, you see nothing."}]
         for messages, g in zip(turns, generations)
     ]
+
+
+def teacher_forced_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int],
+                            temperature: float = 1.0) -> torch.Tensor:
+    """log pi(tokens | prompt) from one plain forward pass, no cache."""
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1] / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
 
 
 def test_reuse_samples_what_a_full_run_samples(policies) -> None:
@@ -59,10 +74,7 @@ def test_sampled_logprobs_match_a_teacher_forced_forward(policies) -> None:
     prompts = [policy.render(m) for m in next_turns(policy, FIRST_TURNS, policy.generate(first, sampling))]
     assert all(policy.prefix_cache.lookup(p)[1] >= 16 for p in prompts[:2])  # the long first turns are reused
     for prompt, generation in zip(prompts, policy.generate(prompts, sampling)):
-        ids = torch.tensor([prompt + generation.token_ids])
-        with torch.no_grad():
-            logits = policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1] / 0.7
-        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(generation.token_ids)[:, None]).squeeze(-1)
+        expected = teacher_forced_logprobs(policy.model, prompt, generation.token_ids, 0.7)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
 
@@ -79,6 +91,72 @@ def test_cache_empties_when_the_weights_change(policies) -> None:
         assert policy.prefix_cache.lookup(prompt) == (None, 0)
     finally:
         policy.model.load_state_dict(before)
+
+
+def update_unseen_by_version_counters(model: torch.nn.Module) -> None:
+    """Change every weight as a fused optimizer step does: in place, through ``.data``,
+    without moving a version counter (the cache's own check cannot see it)."""
+    before = weights_version(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.data.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    assert weights_version(model) == before
+
+
+@pytest.mark.parametrize("tell", ["publish", "sync_weights"])
+def test_stale_keys_go_when_the_weights_change_unseen(tiny_policy, tell) -> None:
+    """Issue 24: after an update the version counters miss, the learner's publish (or a
+    weight sync) still empties the cache: the next turn's log-probs are a plain forward's."""
+    policy = HFPolicy(tiny_policy.path)  # its own weights, changed here
+    train = TrainModel(policy.model, temperature=1.0, weights_changed=policy.weights_changed)
+    first = policy.generate([policy.render(FIRST_TURNS[0])], GREEDY)
+    update_unseen_by_version_counters(policy.model)
+    policy.prefix_cache.check_weights(policy.model)
+    assert policy.prefix_cache.entries  # the backstop saw nothing
+    train.publish() if tell == "publish" else policy.sync_weights()
+    assert not policy.prefix_cache.entries
+    prompt = policy.render(next_turns(policy, FIRST_TURNS[:1], first)[0])
+    (generation,) = policy.generate([prompt], GREEDY)
+    expected = teacher_forced_logprobs(policy.model, prompt, generation.token_ids)
+    assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)
+
+
+def test_the_packed_scorer_after_publish_matches_a_plain_forward(tiny_policy) -> None:
+    """The hindsight scorer reuses the prompts the rollout cached: after an unseen update
+    and a publish its behaviour log-probs are a plain forward's under the new weights, and
+    its JSD weights the reference (cache-free, per-segment) scorer's."""
+    policy = HFPolicy(tiny_policy.path)
+    train = TrainModel(policy.model, temperature=1.0, weights_changed=policy.weights_changed)
+    env = make("math", split="train")
+    trajectories = collect(policy, [env], "math", [Episode(env.task_ids()[0])], SamplingParams(max_new_tokens=24))
+    (turn,) = trajectories[0].turns
+    assert policy.prefix_cache.lookup(turn.prompt_ids)[1] > 0  # the scorer would reuse the rollout's keys
+    update_unseen_by_version_counters(policy.model)
+    train.publish()
+    (packed,) = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    (reference,) = score_trajectories(policy, trajectories, ScoringOptions(packed=False), with_hindsight=True)
+    expected = teacher_forced_logprobs(policy.model, turn.prompt_ids, turn.action_ids)
+    assert torch.allclose(packed.causal_logprobs[0], expected, atol=1e-5)
+    assert torch.allclose(packed.weights[0], reference.weights[0], atol=1e-5)
+
+
+def test_a_learner_step_empties_the_prefix_cache(tiny_policy) -> None:
+    """A fused AdamW step moves no version counter; the learner's step still empties the cache."""
+    policy = HFPolicy(tiny_policy.path)
+    learner = Learner.from_config(policy, TrainConfig())
+    learner.optimizer = torch.optim.AdamW(learner.model.parameters, lr=1e-2, fused=True)
+    prompt = policy.render(FIRST_TURNS[0])
+    (generation,) = policy.generate([prompt], GREEDY)
+    sample = TrainingSample(prompt + generation.token_ids, len(prompt), None, torch.ones(len(generation.token_ids)))
+    version, embedding = weights_version(policy.model), policy.model.get_input_embeddings().weight.clone()
+    learner.step([[sample]])
+    assert not torch.equal(policy.model.get_input_embeddings().weight, embedding)
+    assert weights_version(policy.model) == version  # unseen by the counters
+    assert not policy.prefix_cache.entries
+    (again,) = policy.generate([prompt], GREEDY)
+    expected = teacher_forced_logprobs(policy.model, prompt, again.token_ids)
+    assert torch.allclose(torch.tensor(again.logprobs), expected, atol=1e-5)
 
 
 def sequence(tokens: list[int]) -> CachedSequence:

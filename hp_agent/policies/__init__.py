@@ -70,6 +70,11 @@ class Policy(Protocol):
         """Text of each token id alone (for segmenting at paragraph breaks)."""
         ...
 
+    def weights_changed(self) -> None:
+        """Forget what was computed with ``model``'s old weights (the prefix cache's keys
+        and values); call whenever they change."""
+        ...
+
     def sync_weights(self) -> float:
         """Make ``generate`` sample from ``model``'s current weights (call after each
         learner step); returns the seconds taken (0.0 when they share the weights)."""

@@ -162,9 +162,14 @@ class HFPolicy:
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.get_output_embeddings()(hidden)
 
+    def weights_changed(self) -> None:
+        """Empty the prefix cache: its keys and values are the old weights'."""
+        self.prefix_cache.clear()
+
     def sync_weights(self) -> float:
-        """Nothing to copy: ``generate`` samples from the learner's own ``model`` (and
-        its prefix cache empties itself once the weights change)."""
+        """Nothing to copy: ``generate`` samples from the learner's own ``model``; only
+        the prefix cache, the old weights' keys and values, is emptied."""
+        self.weights_changed()
         return 0.0
 
     def release_memory(self) -> float:

@@ -7,9 +7,15 @@ keeps the keys and values computed for recent sequences (prompt + sampled answer
 that :meth:`HFPolicy.generate <hp_agent.policies.hf.HFPolicy.generate>` computes only the
 part of a new prompt that no earlier sequence began with.
 
-Keys and values belong to one set of weights: the cache empties itself when any
-parameter of the model has changed in place since it was filled (an optimizer step, a
-``load_state_dict``), which torch records in each tensor's version counter.
+Keys and values belong to one set of weights, so whoever changes the weights says so:
+:meth:`HFPolicy.weights_changed <hp_agent.policies.hf.HFPolicy.weights_changed>` empties
+the cache; :meth:`TrainModel.publish <hp_agent.parallel.TrainModel.publish>` calls it
+after every learner step (and after loading a separate training copy's checkpoint), and
+so does ``sync_weights``. The parameters' version counters are a second line of defence
+only (:meth:`PrefixCache.check_weights`, one integer read per parameter): a ``.data``
+write or a fused optimizer step (``AdamW(fused=True)``) changes a weight in place
+without moving its counter, and the stale keys then shifted the scorer's log-probs
+(by 0.076 in issue 24).
 """
 
 from __future__ import annotations
@@ -88,7 +94,8 @@ class PrefixCache:
         self._by_end.clear()
 
     def check_weights(self, model: torch.nn.Module) -> None:
-        """Empty the cache if ``model``'s weights changed since it was last filled."""
+        """Empty the cache if ``model``'s version counters moved since it was last filled
+        (a backstop: writes through ``.data`` or fused optimizers do not move them)."""
         version = weights_version(model)
         if version != self._version:
             self.clear()
