@@ -335,6 +335,20 @@ def grpo_advantages(
     return advantages, {"credit/degenerate_group_fraction": degenerate / max(len(unique_groups), 1)}
 
 
+def zero_turn_credit(credit: torch.Tensor, token_turn: torch.Tensor, turn_masked: torch.Tensor) -> torch.Tensor:
+    """``credit`` with every token of a masked turn set to exactly 0, the rest unchanged.
+
+    ``credit``, ``token_turn``: [M]; ``turn_masked``: [K] bool, K turns. Whatever the rule
+    (HP-RLVR, GRPO), a zero-credit token adds nothing to the clipped loss or its gradient:
+    rho c = clip(rho) c = 0 (``rollout.truncated_turn=mask``, for turns cut before their
+    end-of-turn token).
+
+    >>> zero_turn_credit(torch.tensor([0.5, 0.5, -1.0]), torch.tensor([0, 1, 1]), torch.tensor([False, True]))
+    tensor([0.5000, 0.0000, 0.0000])
+    """
+    return credit.masked_fill(turn_masked[token_turn], 0.0)
+
+
 def credit_breakdown(
     credit: torch.Tensor, token_turn: torch.Tensor, turn_invalid: torch.Tensor, format_mask: torch.Tensor
 ) -> dict[str, float]:

@@ -60,7 +60,7 @@ def _mark_errored(trajectory: Trajectory, error: EnvError) -> None:
     trajectory.info["traceback"] = error.traceback
 
 
-def _finish_turn(trajectory: Trajectory, turn: Turn, step_out: tuple, failure_reward: float) -> bool:
+def _finish_turn(trajectory: Trajectory, turn: Turn, step_out: tuple, failure_reward: float, truncated_invalid: bool) -> bool:
     """Record the env's answer to ``turn``; True when the episode is over."""
     observation, reward, terminated, truncated, info = step_out
     # Multi-turn envs whose observation is a whole prompt put the new game text alone in
@@ -69,7 +69,7 @@ def _finish_turn(trajectory: Trajectory, turn: Turn, step_out: tuple, failure_re
     turn.reward = float(reward)
     turn.shaping = float(info.get("shaping", 0.0))
     turn.action = str(info.get("action", turn.action_text))
-    turn.invalid = bool(info.get("invalid_action", False))
+    turn.invalid = bool(info.get("invalid_action", False)) or (truncated_invalid and turn.truncated)
     trajectory.turns.append(turn)
     verdict = info.get("verdict")
     if verdict is not None:
@@ -93,12 +93,19 @@ def collect(
     seed: int = 0,
     times: PhaseTimes | None = None,
     chat_history: bool = False,
+    truncated_invalid: bool = False,
 ) -> list[Trajectory]:
     """Play ``episodes`` on ``envs`` (one env slot per live episode, in waves) and return them in order.
 
     ``chat_history``: prompt each turn with the whole conversation so far instead of the
     env's latest observation alone (pair it with an env that sends only new text, e.g.
     ALFWorld's ``prompt_mode="chat"``).
+
+    A turn whose sampling stopped before the end-of-turn token is marked ``truncated``.
+    ``truncated_invalid`` (``rollout.truncated_turn=invalid``) makes it an invalid action:
+    the env is sent an empty action instead of the cut text, so it answers with its own
+    invalid-action cost (``info["shaping"]``, e.g. ALFWorld's -0.1), and the turn is marked
+    ``invalid`` whatever the env says.
 
     ``envs`` is an :class:`EnvPool` (envs stepped in worker processes) or a list of envs,
     played in this process. Episode ``k`` of a wave plays with seed ``seed + wave start + k``
@@ -112,7 +119,8 @@ def collect(
     results: list[Trajectory] = []
     for wave_start in range(0, len(episodes), pool.num_envs):
         wave = episodes[wave_start : wave_start + pool.num_envs]
-        results.extend(_play_wave(policy, pool, env_name, wave, sampling, max_turns, seed + wave_start, times, chat_history))
+        results.extend(_play_wave(policy, pool, env_name, wave, sampling, max_turns, seed + wave_start, times, chat_history,
+                                  truncated_invalid))
     return results
 
 
@@ -126,6 +134,7 @@ def _play_wave(
     seed: int,
     times: PhaseTimes,
     chat_history: bool,
+    truncated_invalid: bool,
 ) -> list[Trajectory]:
     multi_turn = pool.max_turns > 1
     trajectories = [Trajectory(env=env_name, task_id=e.task_id, task_type="", group=e.group, multi_turn=multi_turn) for e in wave]
@@ -157,11 +166,13 @@ def _play_wave(
         generations = policy.generate(prompts, sampling)
         times.add("time/generation", time.perf_counter() - started)
         turns = [
-            Turn(m, prompt_ids, g.token_ids, g.logprobs, policy.decode(g.token_ids), expert_action=advice[k])
+            Turn(m, prompt_ids, g.token_ids, g.logprobs, policy.decode(g.token_ids), expert_action=advice[k],
+                 truncated=not g.finished)
             for k, m, prompt_ids, g in zip(live, messages, prompts, generations)
         ]
+        actions = ["" if truncated_invalid and turn.truncated else turn.action_text for turn in turns]
         started = time.perf_counter()
-        steps = pool.step_many([(slot_of[k], turn.action_text) for k, turn in zip(live, turns)])
+        steps = pool.step_many([(slot_of[k], action) for k, action in zip(live, actions)])
         times.add("time/env_step", time.perf_counter() - started)
         for k, turn, result in zip(live, turns, steps):
             trajectory = trajectories[k]
@@ -169,7 +180,7 @@ def _play_wave(
                 trajectory.turns.append(turn)
                 _mark_errored(trajectory, result)
                 del observations[k]
-            elif _finish_turn(trajectory, turn, result, pool.reward_bounds[0]):
+            elif _finish_turn(trajectory, turn, result, pool.reward_bounds[0], truncated_invalid):
                 del observations[k]
             else:
                 observations[k] = result[0]

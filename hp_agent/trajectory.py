@@ -30,7 +30,8 @@ class Turn:
     prompt_messages: chat messages the prompt was rendered from (the hindsight scorer
                      re-renders them with the privileged block in the last user message).
     prompt_ids:      the prompt token ids exactly as the policy saw them.
-    action_ids:      the sampled token ids (the eligible tokens), end-of-turn token included.
+    action_ids:      the sampled token ids (the eligible tokens), end-of-turn token included
+                     unless ``truncated``.
     sample_logprobs: log-probs of ``action_ids`` reported by the sampler.
     action_text:     ``action_ids`` decoded, special tokens removed.
     action:          the action the environment parsed from ``action_text``.
@@ -38,7 +39,10 @@ class Turn:
     reward:          the step reward the environment returned (outcome plus shaping).
     shaping:         per-turn shaping reward included in ``reward``, negative for a cost
                      (-0.1 for an invalid ALFWorld action); added to the turn's credit.
-    invalid:         the action could not be parsed.
+    invalid:         the action could not be parsed; with ``rollout.truncated_turn=invalid``
+                     also a truncated turn, which the env is then sent as an empty action.
+    truncated:       sampling stopped before the end-of-turn token (``rollout.max_new_tokens``
+                     reached, or vLLM's ``max_model_len``): the action may be cut mid-word.
     expert_action:   the env's expert advice for the state this turn was prompted in
                      (``info["expert_action"]``, ALFWorld's handcoded expert), where the env
                      gives one: a label for imitation (DAgger), never shown to the policy.
@@ -54,6 +58,7 @@ class Turn:
     reward: float = 0.0
     shaping: float = 0.0
     invalid: bool = False
+    truncated: bool = False
     expert_action: str | None = None
 
 

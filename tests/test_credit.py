@@ -24,7 +24,9 @@ from hp_agent.credit import (
     normalize_weights,
     register_credit,
     reinforce_credit,
+    zero_turn_credit,
 )
+from hp_agent.learner import clipped_policy_loss
 
 INF = float("inf")
 
@@ -220,6 +222,35 @@ def test_credit_rules_are_registered_by_name():
         assert credit_rule("test-constant").fn is constant
     finally:
         del CREDIT_RULES["test-constant"]
+
+
+@pytest.mark.parametrize("rule", [hp_rlvr_credit, grpo_credit, reinforce_credit])
+def test_zero_turn_credit_zeroes_masked_turns_exactly_and_keeps_the_rest(rule):
+    """rollout.truncated_turn=mask: a masked turn's tokens get exactly 0 credit, shaping
+    included; every other token keeps its credit bit for bit; with no turn masked ("keep")
+    the credit is unchanged."""
+    weights = torch.rand(8, generator=torch.Generator().manual_seed(0)).tolist()
+    batch = make_batch([1.0, 0.0], [0.25, 0.5], [[2, 3], [1, 2]], shaping=[[0.0, -0.1], [-0.1, 0.0]], weights=weights,
+                       groups=[0, 0])
+    credit, _ = rule(batch, CreditOptions())
+    masked = torch.tensor([False, True, True, False])
+    on_masked = masked[batch.token_turn]
+    out = zero_turn_credit(credit, batch.token_turn, masked)
+    assert bool((credit[on_masked] != 0).all()) and bool((out[on_masked] == 0).all())
+    assert torch.equal(out[~on_masked], credit[~on_masked])
+    assert torch.equal(zero_turn_credit(credit, batch.token_turn, torch.zeros(4, dtype=torch.bool)), credit)
+
+
+def test_zero_credit_tokens_get_no_gradient_even_off_policy():
+    """Masking by credit is enough: a zero-credit token's clipped (and dual-clipped) term
+    has zero gradient at any ratio, while the other tokens' gradients are unchanged."""
+    old = torch.tensor([-1.0, -1.0, -1.0, -1.0])
+    credit = torch.tensor([0.5, -0.5, 0.5, -0.5])
+    logprobs = torch.tensor([-0.2, -0.2, -1.5, 0.0], requires_grad=True)  # ratios far outside the clip range
+    masked = zero_turn_credit(credit, torch.tensor([0, 0, 1, 1]), torch.tensor([False, True]))
+    (grad,) = torch.autograd.grad(clipped_policy_loss(logprobs, old, masked, torch.ones(4), 0.2, 0.28)[0], logprobs)
+    (full,) = torch.autograd.grad(clipped_policy_loss(logprobs, old, credit, torch.ones(4), 0.2, 0.28)[0], logprobs)
+    assert grad[2:].tolist() == [0.0, 0.0] and torch.equal(grad[:2], full[:2]) and bool((full[2:] != 0).any())
 
 
 def test_credit_breakdown_separates_invalid_turns_and_format_tokens():

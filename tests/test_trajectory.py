@@ -61,14 +61,25 @@ def test_files_with_a_positive_penalty_read_as_negative_shaping(tmp_path):
     assert trajectory.turns[0].shaping == -0.1
 
 
+def test_files_without_truncated_turn_flags_read_as_not_truncated(tmp_path):
+    path = tmp_path / "old.jsonl"
+    turn = {"prompt_messages": [], "prompt_ids": [1], "action_ids": [2], "sample_logprobs": [0.0], "action_text": "x"}
+    path.write_text(json.dumps({"env": "keys", "task_id": "g", "task_type": "t", "turns": [turn]}) + "\n")
+    (trajectory,) = read_jsonl(path)
+    assert trajectory.turns[0].truncated is False
+
+
 def test_jsonl_round_trip(tmp_path):
+    cut = _turn([1], [6, 7])
+    cut.truncated = True
     trajectories = [
-        Trajectory("math", "t1", "percent", turns=[_turn([1, 2], [3, 4])], reward=1.0, feedback="correct", success=True),
+        Trajectory("math", "t1", "percent", turns=[_turn([1, 2], [3, 4]), cut], reward=1.0, feedback="correct", success=True),
         Trajectory("math", "t2", "geometry", turns=[_turn([1], [5])], group=3, info={"note": "ünïcode"}),
     ]
     path = tmp_path / "t.jsonl"
     write_jsonl(path, trajectories)
     assert list(read_jsonl(path)) == trajectories
+    assert [turn["truncated"] for turn in json.loads(path.read_text().splitlines()[0])["turns"]] == [False, True]
     (tmp_path / "bad.jsonl").write_text('{"env": "math"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         list(read_jsonl(tmp_path / "bad.jsonl"))
