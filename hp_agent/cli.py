@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
+
+from hp_agent.errors import UserError, UserFileNotFoundError
+
 
 def _quiet_libraries() -> None:
     """Hide transformers' per-file progress bars: hp-agent shows its own progress."""
@@ -20,20 +25,35 @@ def _quiet_libraries() -> None:
     logging.set_verbosity_error()
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, help="RL post-training of language-model agents: HP-RLVR and GRPO.")
 console = Console()
-
-
-# What a user's mistake raises (a bad key or value, a missing file, an unknown name, a
-# feature an env lacks): one line on screen, not a traceback. Anything else is a bug and
-# keeps its traceback. ConfigError is a ValueError; the trainer adds its TrainingError.
-USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, FileNotFoundError, ImportError, LookupError, ValueError,
-                                           NotImplementedError)
+BUG = ("error: this is a bug in hp_agent, not a mistake in the command: please report it with the traceback above "
+       "and the command that ran")
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # one line, however wide
     raise typer.Exit(code=2)
+
+
+class _Commands(TyperGroup):
+    """The commands; a user's mistake (:class:`hp_agent.errors.UserError`) ends one in a line,
+    anything else is a bug and ends it in its traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as error:
+            _fail(str(error))
+        except Exception as error:
+            if type(error).__module__.startswith(("typer", "click")):
+                raise  # an exit, an abort or a usage error: typer reports it
+            traceback.print_exc()
+            Console(stderr=True).print(f"[bold red]{escape(BUG)}[/]", soft_wrap=True)
+            raise typer.Exit(code=1) from None
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=False,
+                  help="RL post-training of language-model agents: HP-RLVR and GRPO.")
 
 
 @app.command()
@@ -66,7 +86,7 @@ def train(
     flags += [f"model.lora_rank={lora_rank}"] if lora_rank is not None else []
     try:
         summary = run_training(config, resume=resume, overrides=flags + list(overrides or []))
-    except (*USER_ERRORS, TrainingError) as error:
+    except TrainingError as error:
         _fail(str(error))
         return
     if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports
@@ -141,13 +161,9 @@ def eval_command(
             return
         if before.env != env or (split is not None and before.split != split):
             _fail(f"--baseline {str(baseline)!r} evaluated {before.env}/{before.split}, not {env}/{split or 'its default split'}")
-    try:
-        result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
-                          env_kwargs={"source": source} if source else None, max_turns=max_turns,
-                          output=output, progress=True, scripted=policy, workers=workers, seed=seed)
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
+    result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
+                      env_kwargs={"source": source} if source else None, max_turns=max_turns,
+                      output=output, progress=True, scripted=policy, workers=workers, seed=seed)
     table = Table(title=f"{env} / {result.split} / {result.policy}: {result.tasks} tasks x {result.samples} samples")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -196,7 +212,7 @@ def compare(
                                        eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
                                        overrides=overrides)
         summary = run_compare(settings)
-    except (*USER_ERRORS, TrainingError) as error:
+    except TrainingError as error:
         _fail(str(error))
         return
     console.print((settings.out / "report.md").read_text())
@@ -238,12 +254,8 @@ def sft(
     # Options left unset take hp_agent.sft.sft's defaults: the one place they are set.
     given = dict(env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, save_every=save_every,
                  prompt_loss=prompt_loss)
-    try:
-        result = run_sft(out, data=data, progress=True, env_kwargs=kwargs, hindsight=hindsight, expert_data=expert_data,
-                         **{key: value for key, value in given.items() if value is not None})
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
+    result = run_sft(out, data=data, progress=True, env_kwargs=kwargs, hindsight=hindsight, expert_data=expert_data,
+                     **{key: value for key, value in given.items() if value is not None})
     console.print(
         f"sft: {result.examples} demonstrations, {result.steps} steps, loss {result.first_loss:.3f} -> "
         f"{result.last_loss:.3f}; model written to {result.out_dir}"
@@ -292,17 +304,13 @@ def data_alfworld(
     unknown = [s for s in build_splits if s not in ("train", "id", "ood")]
     if unknown:
         _fail(f"unknown split {unknown[0]!r}; valid: train, id, ood")
-    try:
-        if build:
-            build_games(sources.synth_root(), source="synth", splits=build_splits, counts=count, workers=workers)
-        if from_alfred is not None:
-            alfred_dir = _alfred_folder(from_alfred)
-            alfred_splits = [{"id": "valid_seen", "ood": "valid_unseen"}.get(s, s) for s in build_splits]
-            build_games(sources.alfred_root(), source="alfred", splits=alfred_splits, counts=count,
-                        alfred_dir=alfred_dir, workers=workers)
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
+    if build:
+        build_games(sources.synth_root(), source="synth", splits=build_splits, counts=count, workers=workers)
+    if from_alfred is not None:
+        alfred_dir = _alfred_folder(from_alfred)
+        alfred_splits = [{"id": "valid_seen", "ood": "valid_unseen"}.get(s, s) for s in build_splits]
+        build_games(sources.alfred_root(), source="alfred", splits=alfred_splits, counts=count,
+                    alfred_dir=alfred_dir, workers=workers)
     roots = [root for root in (find_data_root(), sources.synth_root(), sources.alfred_root())
              if root is not None and (root / "json_2.1.1").is_dir()]
     if not roots:
@@ -324,12 +332,8 @@ def data_alfworld(
         from hp_agent.sft import tokenize_demonstration
         from hp_agent.trajectory import write_jsonl
 
-        try:
-            policy = load_policy(model)
-            won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source, progress=True)
-        except USER_ERRORS as error:
-            _fail(str(error))
-            return
+        policy = load_policy(model)
+        won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source, progress=True)
         write_jsonl(demos, [tokenize_demonstration(t, policy) for t in won])
         console.print(f"demonstrations: the expert won {len(won)} of {played} {split} games; written to {demos}")
     if dagger is not None:
@@ -344,12 +348,8 @@ def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | N
 
     kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {})}
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
-    try:
-        trajectories = play_for_expert_labels(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed,
-                                              progress=True)
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
+    trajectories = play_for_expert_labels(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed,
+                                          progress=True)
     write_jsonl(out, trajectories)
     turns = [turn for t in trajectories for turn in t.turns]
     labelled = sum(turn.expert_action is not None for turn in turns)
@@ -365,18 +365,8 @@ def _alfred_folder(path: Path) -> Path:
     if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
         return unpack_once(path, cache_root() / "alfred_json_2.1.0", "json_2.1.0", "valid_seen")
     if not path.is_dir():
-        raise FileNotFoundError(f"--from-alfred {str(path)!r} is neither a folder nor a .tar.gz")
+        raise UserFileNotFoundError(f"--from-alfred {str(path)!r} is neither a folder nor a .tar.gz")
     return path
-
-
-def _report_written(what: str, make: Callable[[], Path]) -> None:
-    """Run ``make`` and say where it wrote ``what``; a user's error is one line."""
-    try:
-        path = make()
-    except USER_ERRORS as error:
-        _fail(str(error))
-        return
-    console.print(f"{what} written to {path}")
 
 
 @app.command("merge-lora")
@@ -388,7 +378,7 @@ def merge_lora(
     _quiet_libraries()
     from hp_agent.lora import merge_adapter
 
-    _report_written("merged model", lambda: merge_adapter(adapter, out))
+    console.print(f"merged model written to {merge_adapter(adapter, out)}")
 
 
 @app.command()
@@ -400,7 +390,7 @@ def show(
     """One self-contained HTML page of a step's trajectories, each action token shaded by its credit."""
     from hp_agent.show import write_page
 
-    _report_written("credit viewer", lambda: write_page(run, step, out))
+    console.print(f"credit viewer written to {write_page(run, step, out)}")
 
 
 @app.command()
@@ -413,7 +403,7 @@ def report(
     from hp_agent.report import write_report
 
     folder = out or (runs[0] / "report" if len(runs) == 1 else runs[0].parent / ("report-" + "-".join(r.name for r in runs)))
-    _report_written("report", lambda: write_report(runs, folder))
+    console.print(f"report written to {write_report(runs, folder)}")
 
 
 @app.command()

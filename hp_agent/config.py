@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hp_agent.credit import CREDIT_RULES, CreditRule, credit_rule
+from hp_agent.errors import UserError
 from hp_agent.runs import atomic_write_text
 
 
@@ -243,7 +244,7 @@ class TrainConfig(_Section):
         return self
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration key or value is not valid; the message says which and what is."""
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 import torch
 
 from hp_agent.envs import TextEnv, env_factory, make
+from hp_agent.errors import UserValueError
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, collect
@@ -116,8 +117,8 @@ def change_lines(before: EvalResult, after: EvalResult, alpha: float = 0.01) -> 
     the test counts tasks as the trials: several samples of one task are correlated."""
     for key in ("env", "split", "tasks", "samples"):
         if getattr(before, key) != getattr(after, key):
-            raise ValueError(f"the baseline's {key} is {getattr(before, key)!r}, this evaluation's "
-                             f"{getattr(after, key)!r}: compare evaluations of the same tasks")
+            raise UserValueError(f"the baseline's {key} is {getattr(before, key)!r}, this evaluation's "
+                                 f"{getattr(after, key)!r}: compare evaluations of the same tasks")
     lines = []
     for label, result in (("before", before), ("after", after)):
         low, high = result.success_ci95
@@ -243,7 +244,7 @@ def evaluate(
     either way. ``max_turns`` caps a model's episode below the env's own step limit.
     """
     if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
+        raise UserValueError(f"samples must be >= 1, got {samples}")
     factory = env_factory(env)
     kwargs = dict(env_kwargs or {})
     split = split or kwargs.get("split") or getattr(factory, "eval_split", None)

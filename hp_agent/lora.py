@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hp_agent.errors import UserFileExistsError, UserValueError
+
 if TYPE_CHECKING:
     from hp_agent.config import ModelConfig
     from hp_agent.policies import Policy
@@ -99,10 +101,10 @@ def adapter_base_folder(adapter_dir: str | Path) -> Path:
     config = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text())
     base = config.get("base_model_name_or_path")
     if not base:
-        raise ValueError(f"adapter folder {str(adapter_dir)!r} does not name its base model (base_model_name_or_path)")
+        raise UserValueError(f"adapter folder {str(adapter_dir)!r} does not name its base model (base_model_name_or_path)")
     folder = resolve_model(model_source(base))
     if is_adapter_folder(folder):
-        raise ValueError(f"adapter folder {str(adapter_dir)!r} names another adapter, {base!r}, as its base")
+        raise UserValueError(f"adapter folder {str(adapter_dir)!r} names another adapter, {base!r}, as its base")
     return folder
 
 
@@ -164,7 +166,7 @@ def _check_same_settings(adapter_dir: Path, section: ModelConfig) -> None:
     differ = {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
     if differ:
         details = ", ".join(f"{key} {have!r} (adapter) vs {want!r} (config)" for key, (have, want) in differ.items())
-        raise ValueError(
+        raise UserValueError(
             f"the model {str(adapter_dir)!r} is a LoRA adapter with other settings: {details}. Train it with its own "
             "settings, or merge it first (`hp-agent merge-lora ADAPTER --out DIR`) and start from DIR"
         )
@@ -201,7 +203,7 @@ def _write_folder(out_dir: Path, write: Callable[[Path], None]) -> Path:
     must not exist or be empty): a reader never sees a half-written folder."""
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{str(out_dir)!r} exists and is not an empty folder; pick another --out")
+        raise UserFileExistsError(f"{str(out_dir)!r} exists and is not an empty folder; pick another --out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(f".tmp-{out_dir.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -241,7 +243,7 @@ def merge_adapter(source: str | Path, out_dir: str | Path) -> Path:
 
     folder = Path(model_source(str(source)))
     if not is_adapter_folder(folder):
-        raise ValueError(
+        raise UserValueError(
             f"{str(source)!r} is not a LoRA adapter folder or LoRA run (no {ADAPTER_CONFIG} in {str(folder)!r}); "
             "only a model trained with model.lora_rank > 0 has an adapter to merge"
         )

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hp_agent.batching import token_budget_batches
+from hp_agent.errors import UserValueError
 from hp_agent.policies import Policy
 from hp_agent.policies.attention import DECODE_SDPA
 from hp_agent.policies.prefix_cache import CachedSequence, PrefixCache, batch_past
@@ -135,14 +136,14 @@ def _check_masked_attention(model: torch.nn.Module) -> None:
     config = model.config
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in MASKED_ATTENTION:
-        raise ValueError(
+        raise UserValueError(
             f"packed scoring needs attention that takes a custom 4-D mask ({', '.join(MASKED_ATTENTION)}), "
             f"but the model uses {implementation!r}; load it with attn_implementation='sdpa', "
             "or score per segment (hindsight.packed=false)"
         )
     layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
     if layer_types != {"full_attention"}:
-        raise ValueError(
+        raise UserValueError(
             f"packed scoring builds full-attention masks, but the model has layer types {sorted(layer_types)}; "
             "score per segment (hindsight.packed=false)"
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 from hp_agent.compare_report import save_figure
 from hp_agent.credit_view import VIEWS_FILE
+from hp_agent.errors import UserFileNotFoundError, UserValueError
 from hp_agent.runs import atomic_write_text, read_jsonl_records
 
 FINAL_KEYS = ("rollout/reward_mean", "rollout/success_rate", "train/grad_norm", "train/zero_grad_records_total",
@@ -35,13 +36,13 @@ def _read(run: Path, name: str) -> list[dict[str, Any]]:
 
 def _check_runs(runs: list[Path]) -> list[Path]:
     if not runs:
-        raise ValueError("report needs at least one run folder")
+        raise UserValueError("report needs at least one run folder")
     for run in runs:
         if not (run / "metrics.jsonl").is_file():
-            raise FileNotFoundError(f"{str(run)!r} is not a run folder with metrics (no metrics.jsonl)")
+            raise UserFileNotFoundError(f"{str(run)!r} is not a run folder with metrics (no metrics.jsonl)")
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
-        raise ValueError(f"runs must have distinct folder names to be told apart: {', '.join(names)}")
+        raise UserValueError(f"runs must have distinct folder names to be told apart: {', '.join(names)}")
     return runs
 
 

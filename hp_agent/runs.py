@@ -7,22 +7,26 @@ Layout of ``runs/<name>/``::
     trajectories.jsonl     every step's trajectories (token ids included)
     events.out.tfevents.*  TensorBoard scalars, same names as metrics.jsonl
     checkpoints/latest     name of the newest complete checkpoint
-    checkpoints/step_000010/{model/, optimizer.pt, state.pt}
+    checkpoints/step_000010/{model/, optimizer.pt, state.pt, manifest.json}
                            (learner.parallel=fsdp2, or mixed precision on a
                            bf16 model: learner/ holds the training copy's and
                            the optimizer's shards instead of optimizer.pt)
 
 Every file that a kill could leave half-written is written to a temporary name and
 renamed, so a reader sees the old version or the new one, never a mix. Appended JSONL
-files are cut back to their last complete line when a run resumes.
+files are cut back to their last complete line when a run resumes. A checkpoint's
+``manifest.json`` holds the size and SHA-256 of each of its files, so that a resume
+finds one damaged afterwards (a truncated copy, a bad disk) and takes the one before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +34,22 @@ from typing import Any
 
 import torch
 
-from hp_agent.distributed import SINGLE, Ranks, barrier
+from hp_agent.distributed import SINGLE, Ranks, all_gather
+from hp_agent.errors import MissingPackageError, UserError, UserFileNotFoundError
 from hp_agent.lora import is_peft_model
 
 CHECKPOINT_PREFIX = "step_"
+MANIFEST_FILE = "manifest.json"
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointWriteError(UserError):
+    """A checkpoint could not be written (a full disk, no permission); the run can resume from the last good one."""
+
+
+class CheckpointDamagedError(UserError):
+    """No checkpoint of a run matches its manifest, so none can be resumed."""
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -145,8 +161,8 @@ def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> An
     try:
         import wandb
     except ImportError as error:
-        raise ImportError(f"trainer.wandb_project={project!r} is set, but the wandb package is not installed "
-                          f"({error}): pip install wandb, or leave trainer.wandb_project unset") from error
+        raise MissingPackageError(f"trainer.wandb_project={project!r} is set, but the wandb package is not installed "
+                                  f"({error}): pip install wandb, or leave trainer.wandb_project unset") from error
     run_id = f"{run_dir.name}-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:8]}"  # the same on resume
     return wandb.init(project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=config)
 
@@ -162,6 +178,62 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         return None
     path = run_dir / "checkpoints" / pointer.read_text().strip()
     return path if (path / "state.pt").is_file() else None
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The newest checkpoint of a run whose files match its manifest (None: the run has none).
+
+    Damaged newer ones (see :func:`checkpoint_damage`) are skipped with a one-line warning
+    that names them and the one taken; :class:`CheckpointDamagedError` when all are damaged.
+    """
+    damaged = []
+    for folder in reversed(_checkpoint_folders(run_dir)):
+        problem = checkpoint_damage(folder)
+        if problem is None:
+            if damaged:
+                log.warning("damaged checkpoint %s; resuming from %s instead", "; ".join(damaged), folder)
+            return folder
+        damaged.append(f"{folder} ({problem})")
+    if damaged:
+        raise CheckpointDamagedError(f"no checkpoint of {str(run_dir)!r} can be resumed, each is damaged: "
+                                     f"{'; '.join(damaged)}. Restore one from a copy, or start a new run")
+    return None
+
+
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """What is wrong with a checkpoint folder, or None when every file its manifest lists is
+    there with the size and SHA-256 the manifest gives."""
+    try:
+        files = json.loads((checkpoint / MANIFEST_FILE).read_text())["files"]
+    except FileNotFoundError:
+        return f"no {MANIFEST_FILE}: not completely written, or written before checkpoints had one"
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"unreadable {MANIFEST_FILE} ({error})"
+    for name, expected in files.items():  # sizes first: a truncated file is found without reading the others
+        path = checkpoint / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != expected["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, {MANIFEST_FILE} says {expected['bytes']}"
+    for name, expected in files.items():
+        if _sha256(checkpoint / name) != expected["sha256"]:
+            return f"{name} does not match its SHA-256 in {MANIFEST_FILE}"
+    return None
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the size and SHA-256 of every file under ``folder`` in its manifest (written atomically)."""
+    files = {path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+             for path in sorted(folder.rglob("*")) if path.is_file()}
+    atomic_write_text(folder / MANIFEST_FILE, json.dumps({"files": files}, indent=1) + "\n")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def save_checkpoint(
@@ -180,35 +252,120 @@ def save_checkpoint(
     ``write_learner(folder)`` writes the optimizer's state (``Learner.save``); ``state``
     the trainer's (step, baseline, RNG). With several ``ranks`` every rank calls this
     and ``write_learner``, which may write each rank's shards; rank 0 alone writes the
-    rest. The checkpoint is built in a temporary folder and renamed into place, then
-    older ones beyond ``keep`` go.
+    rest and, once every rank is done, the manifest. The checkpoint is built in a
+    temporary folder and renamed into place, then older ones beyond ``keep`` go.
+
+    A write that fails on any rank (a full disk, no permission) removes the temporary
+    folder, leaves ``latest`` and the older checkpoints as they were and raises
+    :class:`CheckpointWriteError` on every rank, naming the cause and how to resume.
     """
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".tmp-{final.name}")  # one name for every rank: they all write into it
-    if ranks.is_main:
+
+    def start() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    barrier(ranks)
-    write_learner(tmp)
-    barrier(ranks)
-    if ranks.is_main:
+
+    def finish() -> None:
         # A LoRA model writes its adapter alone; its embeddings are never resized, so peft need not
         # look the base up on the hub to compare vocabulary sizes.
         options = {"save_embedding_layers": False} if is_peft_model(model) else {}
         model.save_pretrained(tmp / "model", safe_serialization=True, **options)
         tokenizer.save_pretrained(tmp / "model")
-        torch.save(state, tmp / "state.pt")  # written last: its presence marks a complete checkpoint
+        with (tmp / "state.pt").open("wb") as f:  # through Python's file, a full disk raises OSError, errno and all
+            torch.save(state, f)
+        write_manifest(tmp)  # last, when every rank has written its part: its presence marks a complete checkpoint
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         atomic_write_text(run_dir / "checkpoints" / "latest", final.name)
         _prune_checkpoints(run_dir, keep)
-    barrier(ranks)  # no rank runs ahead of a checkpoint it may have to resume from
+
+    # Each part ends in an exchange of outcomes, the barrier that also stops every rank when one fails
+    # (no rank runs ahead of a checkpoint it may have to resume from).
+    for part in (start if ranks.is_main else None, lambda: write_learner(tmp), finish if ranks.is_main else None):
+        _write_on_every_rank(part, run_dir, step, tmp, ranks)
     return final
 
 
+def _write_on_every_rank(write: Callable[[], None] | None, run_dir: Path, step: int, tmp: Path, ranks: Ranks) -> None:
+    """Run this rank's part of checkpoint ``step`` (``None``: none), then learn every rank's outcome.
+
+    Should one fail, rank 0 removes ``tmp`` and every rank raises: :class:`CheckpointWriteError`
+    when the file system refused a write, else the error itself (a bug keeps its traceback).
+    """
+    error: BaseException | None = None
+    cause: str | None = None
+    try:
+        if write is not None:
+            write()
+    except BaseException as caught:  # raised again below, once the other ranks heard of it
+        if isinstance(caught, (KeyboardInterrupt, SystemExit)):
+            raise
+        # BaseException: torch.distributed.checkpoint raises its CheckpointException on every rank
+        error, cause = caught, _storage_cause(caught, tmp.parent)
+    outcomes = all_gather(None if error is None else (cause, repr(error)), ranks)
+    failures = [(rank, outcome) for rank, outcome in enumerate(outcomes) if outcome is not None]
+    if not failures:
+        return
+    if ranks.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if error is not None and cause is None:
+        raise error
+    rank, (cause, description) = failures[0]
+    if cause is None:
+        raise RuntimeError(f"rank {rank} failed while writing checkpoint {tmp}: {description}")
+    last = latest_checkpoint(run_dir)
+    good = (f"the last good checkpoint is step {int(last.name.removeprefix(CHECKPOINT_PREFIX))} ({last})" if last
+            else "there is no earlier checkpoint (a resume starts over)")
+    raise CheckpointWriteError(f"could not write checkpoint {tmp} (step {step}): {cause}; removed it, {good}: "
+                               f"fix that, then resume with `hp-agent train --resume {run_dir}`") from error
+
+
+# How messages quote an OSError: Python's "[Errno 28] ..." (kept in torch.distributed.checkpoint's
+# gathered failures) and Rust's "(os error 28)" (safetensors' writer).
+_ERRNO_IN_MESSAGE = re.compile(r"\[Errno (\d+)\]|\(os error (\d+)\)")
+
+
+def _storage_cause(error: BaseException, folder: Path) -> str | None:
+    """Why the file system refused a checkpoint's write that raised ``error`` (e.g. ``no space
+    left on device``), or None when it did not: ``error`` is then not a write failure.
+
+    An OSError anywhere in the chain, or an errno its messages quote, names the cause. torch's
+    C++ writer loses the errno (``unexpected pos ...``), so then a small write asks the file
+    system itself; the partial file it left keeps a full disk full.
+    """
+    chained: BaseException | None = error
+    while chained is not None:
+        if isinstance(chained, OSError):
+            return _described(chained)
+        if match := _ERRNO_IN_MESSAGE.search(str(chained)):
+            return os.strerror(int(match.group(1) or match.group(2))).lower()
+        chained = chained.__cause__ or chained.__context__
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        with probe.open("wb") as f:
+            f.write(os.urandom(1 << 20))  # random: a compressing file system stores it in full
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as refused:
+        return _described(refused)
+    finally:
+        probe.unlink(missing_ok=True)
+    return None
+
+
+def _described(error: OSError) -> str:
+    """An OSError's cause as a phrase, ``no space left on device``; its message when it has no errno."""
+    return os.strerror(error.errno).lower() if error.errno else str(error)
+
+
+def _checkpoint_folders(run_dir: Path) -> list[Path]:
+    """A run's checkpoint folders, oldest first."""
+    return sorted(p for p in (run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir())
+
+
 def _prune_checkpoints(run_dir: Path, keep: int) -> None:
-    folders = sorted(p for p in (run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir())
-    for old in folders[:-keep]:
+    for old in _checkpoint_folders(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -223,6 +380,6 @@ def model_source(path: str) -> str:
     if (candidate / "checkpoints").is_dir():
         checkpoint = latest_checkpoint(candidate)
         if checkpoint is None:
-            raise FileNotFoundError(f"run folder {path!r} has no complete checkpoint yet")
+            raise UserFileNotFoundError(f"run folder {path!r} has no complete checkpoint yet")
         return str(checkpoint / "model")
     return path

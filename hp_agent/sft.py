@@ -21,6 +21,7 @@ import torch
 from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
+from hp_agent.errors import UserFileExistsError, UserValueError
 from hp_agent.hindsight import ScoringOptions, hindsight_sequences
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
@@ -48,7 +49,7 @@ def demonstration_sequences(policy: Policy, env_name: str, env_kwargs: dict | No
         prompt = policy.render(prompt_messages(env, observation))
         sequences.append((prompt + _response_ids(policy, response), len(prompt)))
     if not sequences:
-        raise ValueError(f"env {env_name!r} gave no demonstrations")
+        raise UserValueError(f"env {env_name!r} gave no demonstrations")
     return sequences
 
 
@@ -65,7 +66,7 @@ def trajectory_sequences(path: str | Path, vocab_size: int) -> list[tuple[list[i
         if turn.action_ids
     ]
     if not sequences:
-        raise ValueError(f"{path}: no turns with action tokens to learn from")
+        raise UserValueError(f"{path}: no turns with action tokens to learn from")
     return _within_vocabulary(path, sequences, vocab_size)
 
 
@@ -73,8 +74,8 @@ def _within_vocabulary(path: str | Path, sequences: list[tuple[list[int], int]],
     """``sequences``, after checking that a file's stored ids fit the model being warmed up."""
     largest = max(max(ids) for ids, _ in sequences)
     if largest >= vocab_size:
-        raise ValueError(f"{path}: token id {largest} is outside the model's vocabulary ({vocab_size}); "
-                         "write the file with the same --model you warm up")
+        raise UserValueError(f"{path}: token id {largest} is outside the model's vocabulary ({vocab_size}); "
+                             "write the file with the same --model you warm up")
     return sequences
 
 
@@ -153,7 +154,7 @@ def expert_label_sequences(policy: Policy, path: str | Path) -> list[tuple[list[
     sequences = [(list(prompt) + _response_ids(policy, f"<action>{advice}</action>"), len(prompt))
                  for prompt, advice in sorted(unique)]
     if not sequences:
-        raise ValueError(f"{path}: no turn records the expert's advice (write it with `hp-agent data alfworld --dagger`)")
+        raise UserValueError(f"{path}: no turn records the expert's advice (write it with `hp-agent data alfworld --dagger`)")
     return _within_vocabulary(path, sequences, policy.model.get_input_embeddings().num_embeddings)
 
 
@@ -242,9 +243,9 @@ def sft(
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"{str(out_dir)!r} exists and is not empty; choose another --out")
+        raise UserFileExistsError(f"{str(out_dir)!r} exists and is not empty; choose another --out")
     if hindsight and data is None:
-        raise ValueError("hindsight warm-up needs --data: the privileged block is built from recorded trajectories")
+        raise UserValueError("hindsight warm-up needs --data: the privileged block is built from recorded trajectories")
     partial = out_dir.with_name(f"{out_dir.name}.partial")
     settings = {"env": env, "model": model, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
                 "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight,
@@ -294,6 +295,6 @@ def _load_partial(partial: Path, settings: dict) -> WarmupState | None:
     payload = torch.load(partial / "state.pt", map_location="cpu", weights_only=False)
     if payload["settings"] != settings:
         changed = sorted(k for k in settings if payload["settings"].get(k) != settings[k])
-        raise ValueError(f"{partial} holds an interrupted warm-up with other settings ({', '.join(changed)}); "
-                         "rerun with its settings or delete the folder")
+        raise UserValueError(f"{partial} holds an interrupted warm-up with other settings ({', '.join(changed)}); "
+                             "rerun with its settings or delete the folder")
     return payload["state"]

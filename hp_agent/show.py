@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hp_agent.credit_view import VIEWS_FILE
+from hp_agent.errors import UserFileNotFoundError, UserValueError
 from hp_agent.runs import atomic_write_text, read_jsonl_records
 
 STYLE = """
@@ -75,14 +76,14 @@ def load_views(run_dir: Path, step: int | None = None) -> tuple[int, list[dict[s
     run_dir = Path(run_dir)
     path = run_dir / VIEWS_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{str(run_dir)!r} has no {VIEWS_FILE}: the run recorded no credit views "
-                                "(trainer.views_per_step=0, or a run made before they existed)")
+        raise UserFileNotFoundError(f"{str(run_dir)!r} has no {VIEWS_FILE}: the run recorded no credit views "
+                                    "(trainer.views_per_step=0, or a run made before they existed)")
     records = read_jsonl_records(path)
     steps = sorted({record["step"] for record in records})
     chosen = steps[-1] if step is None else step
     if chosen not in steps:
-        raise ValueError(f"step {step} has no credit views in {str(path)!r}; steps with views: "
-                         f"{', '.join(map(str, steps)) or 'none'}")
+        raise UserValueError(f"step {step} has no credit views in {str(path)!r}; steps with views: "
+                             f"{', '.join(map(str, steps)) or 'none'}")
     return chosen, [record for record in records if record["step"] == chosen]
 
 

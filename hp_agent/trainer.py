@@ -23,13 +23,15 @@ from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBa
 from hp_agent.credit_view import VIEWS_FILE, credit_view, pick_for_view
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
 from hp_agent.envs.vector import EnvPool, make_env_pool
+from hp_agent.errors import UserFileExistsError, UserFileNotFoundError
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories, unreplayed_scores
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
 from hp_agent.lora import maybe_apply_lora
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, PhaseTimes, collect
-from hp_agent.runs import JsonlLog, MetricsWriter, latest_checkpoint, load_checkpoint_state, save_checkpoint
+from hp_agent.runs import (JsonlLog, MetricsWriter, latest_checkpoint, load_checkpoint_state, resume_checkpoint,
+                           save_checkpoint)
 from hp_agent.trajectory import Trajectory, format_token_mask
 
 
@@ -240,9 +242,9 @@ def train(
     if resume is not None:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
-            raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no config.yaml)")
+            raise UserFileNotFoundError(f"{str(run_dir)!r} is not a run folder (no config.yaml)")
         config = _as_config(run_dir / "config.yaml" if config is None else config, overrides)
-        checkpoint = latest_checkpoint(run_dir)
+        checkpoint = resume_checkpoint(run_dir)  # the newest that matches its manifest, a damaged one skipped aloud
     else:
         config = _as_config(config, overrides)
         name = config.trainer.name or f"{config.env.name}-{config.algo.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -251,7 +253,7 @@ def train(
     run_dir = all_gather(run_dir, ranks)[0]  # rank 0's clock names the run
     # Rank 0 alone looks: it may already have made the folder when another rank got here.
     if resume is None and ranks.is_main and (run_dir / "config.yaml").exists():
-        raise FileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
+        raise UserFileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
     if config.trainer.prompts_per_step % ranks.world_size:
         raise ValueError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} does not split evenly over "
                          f"{ranks.world_size} ranks; use a multiple of {ranks.world_size}")

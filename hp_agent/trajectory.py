@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hp_agent.errors import UserValueError
+
 
 @dataclass
 class Turn:
@@ -194,4 +196,4 @@ def read_jsonl(path: str | Path) -> Iterator[Trajectory]:
             try:
                 yield Trajectory.from_dict(json.loads(line))
             except (json.JSONDecodeError, TypeError) as error:
-                raise ValueError(f"{path}:{line_number}: not a trajectory record ({error})") from error
+                raise UserValueError(f"{path}:{line_number}: not a trajectory record ({error})") from error

@@ -44,3 +44,40 @@ def test_sft_help_states_the_library_defaults():
     assert set(stated) == {"env", "model", "steps", "batch_size", "lr", "seed", "save_every", "prompt_loss"}
     for option, text in stated.items():
         assert text == str(defaults[option]), (option, text, defaults[option])
+
+
+def _raise(error: Exception):
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail
+
+
+def test_a_user_error_from_deep_in_a_command_prints_one_line_and_no_traceback(monkeypatch):
+    from hp_agent.errors import UserError
+
+    monkeypatch.setattr("hp_agent.trainer.train", _raise(UserError("checkpoint step_000002 is damaged; resume it")))
+    result = runner.invoke(app, ["train", "--env", "keys"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == ["error: checkpoint step_000002 is damaged; resume it"]
+
+
+def test_an_internal_error_prints_its_traceback_and_says_it_is_a_bug(monkeypatch):
+    """A KeyError deep in the trainer is a bug, not the user's mistake: its traceback stays."""
+    monkeypatch.setattr("hp_agent.trainer.train", _raise(KeyError("baseline")))
+    result = runner.invoke(app, ["train", "--env", "keys"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback (most recent call last)" in result.output and "KeyError: 'baseline'" in result.output
+    assert "bug in hp_agent" in result.output.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("given", ["{tmp}/no-model-here", "./no-model-here", "runs/no-model-here"])
+def test_a_model_path_that_does_not_exist_says_no_such_folder(given, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    model = given.format(tmp=tmp_path)
+    result = runner.invoke(app, ["eval", "--env", "keys", "--model", model, "--limit", "1"])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert message.startswith("error: no such folder: "), message
+    assert model.removeprefix("./") in message and "hf download" not in message

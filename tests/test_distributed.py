@@ -18,7 +18,7 @@ from hp_agent.distributed import SINGLE, Ranks, shard
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
-from hp_agent.runs import read_jsonl_records
+from hp_agent.runs import checkpoint_damage, read_jsonl_records
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pool_envs import TiedOrNot  # noqa: E402
@@ -137,7 +137,8 @@ def _step_metrics(run: Path, step: int) -> dict[str, float]:
 def test_two_rank_run_writes_one_folder_and_resumes_after_a_kill_to_the_same_metrics(tmp_path, parallel):
     setting = f"learner.parallel={parallel}"
     whole = _train(tmp_path, "whole", setting)
-    learner_files = ["model", "optimizer.pt", "state.pt"] if parallel == "ddp" else ["learner", "model", "state.pt"]
+    learner_files = (["manifest.json", "model", "optimizer.pt", "state.pt"] if parallel == "ddp"
+                     else ["learner", "manifest.json", "model", "state.pt"])
     assert sorted(p.name for p in whole.iterdir() if not p.name.startswith("events.")) == [
         "checkpoints", "config.yaml", "credit_views.jsonl", "grad_norms.jsonl", "metrics.jsonl", "trajectories.jsonl"]
     trajectories = read_jsonl_records(whole / "trajectories.jsonl")
@@ -146,6 +147,7 @@ def test_two_rank_run_writes_one_folder_and_resumes_after_a_kill_to_the_same_met
     assert sorted(p.name for p in (whole / "checkpoints" / "step_000002").iterdir()) == learner_files
     state = torch.load(whole / "checkpoints" / "step_000002" / "state.pt", weights_only=False)
     assert len(state["rng"]) == 2  # each rank's generators, to resume each where it stopped
+    assert checkpoint_damage(whole / "checkpoints" / "step_000002") is None  # the shards match rank 0's manifest
 
     killed = _train_and_kill(tmp_path, "killed", setting)
     _train(tmp_path, "unused", "--resume", str(killed))

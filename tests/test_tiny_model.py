@@ -208,7 +208,7 @@ def test_resolve_folder_without_config(tmp_path: Path) -> None:
 
 
 def test_resolve_missing_folder(tmp_path: Path) -> None:
-    with pytest.raises(ModelNotFoundError, match="does not exist"):
+    with pytest.raises(ModelNotFoundError, match="no such folder"):
         resolve_model(str(tmp_path / "nope"))
 
 

@@ -13,6 +13,7 @@ from importlib import import_module
 from importlib.metadata import entry_points
 
 from hp_agent.envs.base import TextEnv, text_space
+from hp_agent.errors import UserLookupError, UserValueError
 
 EnvFactory = Callable[..., TextEnv]
 
@@ -56,7 +57,7 @@ def env_factory(name: str) -> EnvFactory:
     """The registered factory of env ``name`` (usually its class), without building it."""
     _load_entry_points()
     if name not in _REGISTRY:
-        raise LookupError(f"unknown env {name!r}; registered envs: {', '.join(list_envs())}")
+        raise UserLookupError(f"unknown env {name!r}; registered envs: {', '.join(list_envs())}")
     return _resolve(_REGISTRY[name])
 
 
@@ -72,7 +73,7 @@ def check_kwargs(name: str, factory: EnvFactory, kwargs: dict) -> None:
     valid = [key for key, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"env {name!r} has no argument {unknown[0]!r}; valid: {', '.join(valid)}")
+        raise UserValueError(f"env {name!r} has no argument {unknown[0]!r}; valid: {', '.join(valid)}")
 
 
 def make(name: str, **kwargs) -> TextEnv:

@@ -28,6 +28,8 @@ from typing import Any, ClassVar, TypeVar
 import gymnasium as gym
 from gymnasium import spaces
 
+from hp_agent.errors import UserNotImplementedError, UserValueError
+
 
 @cache
 def _charset() -> frozenset[str]:
@@ -100,7 +102,7 @@ class TextEnv(gym.Env[str, str]):
     def demonstrations(self) -> Iterator[tuple[str, str]]:
         """(observation, response) pairs of this split for supervised warm-up: good
         responses, unless the env was asked for noisy ones (the toy envs' ``demo_mistakes``)."""
-        raise NotImplementedError(f"{type(self).__name__} has no built-in demonstrations")
+        raise UserNotImplementedError(f"{type(self).__name__} has no built-in demonstrations")
 
     def task_id_for_seed(self, seed: int) -> str:
         """The task a ``reset(seed=seed)`` without a task id plays."""
@@ -132,9 +134,9 @@ class SingleStepTaskEnv(TextEnv):
     @staticmethod
     def _check_options(split: str, splits: Iterable[str], num_tasks: int | None) -> None:
         if split not in splits:
-            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(splits)}")
+            raise UserValueError(f"unknown split {split!r}; valid splits: {', '.join(splits)}")
         if num_tasks is not None and num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1 (or None for all), got {num_tasks}")
+            raise UserValueError(f"num_tasks must be >= 1 (or None for all), got {num_tasks}")
 
     def _set_tasks(self, split: str, tasks: Iterable[Any]) -> None:
         self.split = split

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from hp_agent.errors import UserValueError
+
 SPLITS = ("train", "test")
 _LEVELS = 3  # difficulty 1 (one step) to 3 (several steps)
 _TEST_MODULUS = 5  # one statement in five lands in the test split
@@ -87,5 +89,5 @@ def generate_tasks(split: str, n: int, seed: int, families: Mapping[str, Family]
         seen.add(problem.statement)
         tasks.append(task)
     if len(tasks) < n:
-        raise ValueError(f"could only generate {len(tasks)} distinct {split} problems, {n} were asked for")
+        raise UserValueError(f"could only generate {len(tasks)} distinct {split} problems, {n} were asked for")
     return tasks

@@ -10,6 +10,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from hp_agent.errors import UserValueError
+
 
 class _HasId(Protocol):
     id: str
@@ -34,14 +36,14 @@ def read_task_file(path: str | Path, make_task: Callable[[dict, str, int], TaskT
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: invalid JSON ({err.msg}); expected one object per line; {valid_keys}") from err
+            raise UserValueError(f"{where}: invalid JSON ({err.msg}); expected one object per line; {valid_keys}") from err
         task = make_task(record, where, lineno)
         if task.id in first_line:
-            raise ValueError(f"{where}: duplicate id {task.id!r} (first used on line {first_line[task.id]})")
+            raise UserValueError(f"{where}: duplicate id {task.id!r} (first used on line {first_line[task.id]})")
         first_line[task.id] = lineno
         tasks.append(task)
     if not tasks:
-        raise ValueError(f"{path}: no tasks found; expected one JSON object per line with {valid_keys}")
+        raise UserValueError(f"{path}: no tasks found; expected one JSON object per line with {valid_keys}")
     return tasks
 
 
@@ -50,11 +52,11 @@ def check_record_keys(record: Any, where: str, required: Collection[str], option
     """``record`` if it is an object with every ``required`` key and no key outside
     ``required`` and ``optional``; else an error naming ``where`` and the bad key."""
     if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}; {valid_keys}")
+        raise UserValueError(f"{where}: expected a JSON object, got {type(record).__name__}; {valid_keys}")
     for key in required:
         if key not in record:
-            raise ValueError(f"{where}: missing key {key!r}; {valid_keys}")
+            raise UserValueError(f"{where}: missing key {key!r}; {valid_keys}")
     unknown = sorted(set(record) - set(required) - set(optional))
     if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r}; {valid_keys}")
+        raise UserValueError(f"{where}: unknown key {unknown[0]!r}; {valid_keys}")
     return record

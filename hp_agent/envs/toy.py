@@ -44,6 +44,7 @@ from itertools import combinations, permutations
 from typing import Any, ClassVar
 
 from hp_agent.envs.base import SingleStepTaskEnv, TextEnv, find_task
+from hp_agent.errors import UserValueError
 from hp_agent.verifiers import Verdict
 
 SPLITS = ("train", "test")
@@ -59,9 +60,9 @@ def colour_sets(split: str, num_boxes: int, seed: int = 0) -> tuple[tuple[str, .
     """The colour sets of ``split``: a seeded shuffle of all ``num_boxes``-sets of
     :data:`COLOURS`, the first quarter ``test``, the rest ``train`` (disjoint splits)."""
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+        raise UserValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if not 2 <= num_boxes < len(COLOURS):
-        raise ValueError(f"num_boxes must lie in [2, {len(COLOURS) - 1}], got {num_boxes}")
+        raise UserValueError(f"num_boxes must lie in [2, {len(COLOURS) - 1}], got {num_boxes}")
     sets = list(combinations(COLOURS, num_boxes))
     random.Random(seed).shuffle(sets)
     held_out = max(1, round(len(sets) * TEST_FRACTION))
@@ -111,13 +112,13 @@ def demo_action(rng: random.Random, best: str, mistakes: float) -> str:
 
 def _check_options(split: str, invalid_cost: float, demo_mistakes: float, demo_episodes: int) -> None:
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+        raise UserValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if invalid_cost < 0:
-        raise ValueError(f"invalid_cost is a cost and must be >= 0, got {invalid_cost}")
+        raise UserValueError(f"invalid_cost is a cost and must be >= 0, got {invalid_cost}")
     if not 0.0 <= demo_mistakes <= 1.0:
-        raise ValueError(f"demo_mistakes is a probability, got {demo_mistakes}")
+        raise UserValueError(f"demo_mistakes is a probability, got {demo_mistakes}")
     if demo_episodes < 1:
-        raise ValueError(f"demo_episodes must be >= 1, got {demo_episodes}")
+        raise UserValueError(f"demo_episodes must be >= 1, got {demo_episodes}")
 
 
 @dataclass(frozen=True)

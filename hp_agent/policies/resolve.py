@@ -11,12 +11,13 @@ from pathlib import Path
 from huggingface_hub import constants, try_to_load_from_cache
 from huggingface_hub.errors import HFValidationError
 
+from hp_agent.errors import UserFileNotFoundError, UserValueError
 from hp_agent.policies.tiny import TINY_VARIANTS, tiny_model_path
 
 TINY = "tiny"
 
 
-class ModelNotFoundError(FileNotFoundError):
+class ModelNotFoundError(UserFileNotFoundError):
     """The model is neither a local folder nor in the local Hugging Face cache."""
 
 
@@ -31,8 +32,10 @@ def _advice(repo_id: str) -> str:
 
 
 def _looks_like_path(name: str) -> bool:
-    # A hub id is "org/name"; anything rooted, dotted or nested deeper is a path.
-    return name.startswith(("/", ".", "~")) or name.count("/") > 1
+    # A hub id is "org/name"; anything rooted, dotted or nested deeper is a path, and so is
+    # "runs/x" where a folder runs/ is here.
+    first, slash, _ = name.partition("/")
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or bool(slash and Path(first).is_dir())
 
 
 def _from_hub_cache(repo_id: str) -> Path:
@@ -65,11 +68,12 @@ def resolve_model(name: str) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-            raise ValueError(
+            raise UserValueError(
                 f"model folder {str(path)!r} has no config.json; "
                 "pass the folder that holds the model's config and weights"
             )
         return path
     if _looks_like_path(name):
-        raise ModelNotFoundError(f"model folder {str(path)!r} does not exist; {_advice('<org>/<name>')}")
+        raise ModelNotFoundError(f"no such folder: {path.absolute()} (--model takes {TINY}, a local model folder or a hub id "
+                                 "already in the local Hugging Face cache)")
     return _from_hub_cache(name)

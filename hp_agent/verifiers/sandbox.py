@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hp_agent.errors import UserValueError
 from hp_agent.verifiers import sandbox_harness
 from hp_agent.verifiers.sandbox_harness import (
     CLONE_NEWNET,
@@ -99,12 +100,12 @@ class SandboxLimits:
         for key, minimum in minimums.items():
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-                raise ValueError(f"sandbox limit {key}={value!r} is not valid: expected a number >= {minimum}")
+                raise UserValueError(f"sandbox limit {key}={value!r} is not valid: expected a number >= {minimum}")
         for key in ("cpu_time_s", "memory_mb", "max_output_bytes", "max_processes", "max_open_files", "disk_mb"):
             if not isinstance(getattr(self, key), int):
-                raise ValueError(f"sandbox limit {key}={getattr(self, key)!r} is not valid: expected an integer")
+                raise UserValueError(f"sandbox limit {key}={getattr(self, key)!r} is not valid: expected an integer")
         if not os.access(self.python, os.X_OK):
-            raise ValueError(f"sandbox python={self.python!r} is not an executable file")
+            raise UserValueError(f"sandbox python={self.python!r} is not an executable file")
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def _sandbox_ids(user: str) -> tuple[int, int]:
     try:
         entry = pwd.getpwnam(user)
     except KeyError as error:
-        raise ValueError(f"sandbox user {user!r} does not exist; name an existing unprivileged user") from error
+        raise UserValueError(f"sandbox user {user!r} does not exist; name an existing unprivileged user") from error
     return entry.pw_uid, entry.pw_gid
 
 

@@ -36,6 +36,7 @@ from hp_agent.envs.alfworld.layouts import (agent_start, grid_location, id_posit
 from hp_agent.envs.alfworld.pddl import (STATIC_RECEPTACLES, TASK_TYPES, Receptacle, SceneObject, SceneState,
                                          TaskSpec, can_contain)
 from hp_agent.envs.alfworld.synth import LAMP_SURFACES, build_receptacles
+from hp_agent.errors import UserFileNotFoundError
 
 LAMPS = ("DeskLamp", "FloorLamp")
 HEIGHT_WEIGHT = 2.0  # vertical distance counts this much more than horizontal in parent matching
@@ -75,13 +76,13 @@ class AlfredCatalog:
         root = Path(root)
         self.root = root / "json_2.1.0" if (root / "json_2.1.0").is_dir() else root
         if not self.root.is_dir():
-            raise FileNotFoundError(f"ALFRED folder {root} not found")
+            raise UserFileNotFoundError(f"ALFRED folder {root} not found")
         self._scenes: dict[int, dict] | None = None
 
     def trials(self, split: str) -> list[Path]:
         base = self.root / split
         if not base.is_dir():
-            raise FileNotFoundError(f"no ALFRED split {split!r} under {self.root}")
+            raise UserFileNotFoundError(f"no ALFRED split {split!r} under {self.root}")
         return sorted(base.glob("*/*/traj_data.json"))
 
     def _scan(self) -> dict[int, dict]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from hp_agent.errors import UserFileNotFoundError, UserValueError
 from hp_agent.paths import cache_root, source_checkout
 
 JSON_FOLDER = "json_2.1.1"
@@ -72,7 +73,7 @@ _SPLIT_FOLDERS: dict[str, tuple[str, ...]] = {
 SPLITS: tuple[str, ...] = tuple(_SPLIT_FOLDERS)
 
 
-class AlfworldDataError(FileNotFoundError):
+class AlfworldDataError(UserFileNotFoundError):
     """The ALFWorld game files are missing or incomplete."""
 
 
@@ -237,7 +238,7 @@ def require_data_root(data_root: str | Path | None = None) -> Path:
 def split_folder(root: Path, split: str) -> Path:
     """The ``json_2.1.1/<folder>`` that ``split`` names; clear errors for unknown or absent splits."""
     if split not in _SPLIT_FOLDERS:
-        raise ValueError(f"unknown ALFWorld split {split!r}; valid splits: {', '.join(SPLITS)}")
+        raise UserValueError(f"unknown ALFWorld split {split!r}; valid splits: {', '.join(SPLITS)}")
     candidates = [root / JSON_FOLDER / name for name in _SPLIT_FOLDERS[split]]
     for folder in candidates:
         if folder.is_dir():
@@ -284,8 +285,8 @@ def short_task_types(task_types: list[str] | tuple[str, ...] | None) -> tuple[st
     short = tuple(TASK_TYPES.get(t, t) for t in task_types)
     unknown = [t for t in short if t not in SHORT_TASK_TYPES]
     if unknown or not short:
-        raise ValueError(f"unknown task types {unknown or list(task_types)}; valid: {', '.join(SHORT_TASK_TYPES)} "
-                         f"(or {', '.join(TASK_TYPES)})")
+        raise UserValueError(f"unknown task types {unknown or list(task_types)}; valid: {', '.join(SHORT_TASK_TYPES)} "
+                             f"(or {', '.join(TASK_TYPES)})")
     return short
 
 

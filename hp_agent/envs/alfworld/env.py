@@ -40,6 +40,7 @@ from hp_agent.envs.alfworld.data import (
 )
 from hp_agent.envs.alfworld.sources import resolve_data_root
 from hp_agent.envs.base import TextEnv, find_task
+from hp_agent.errors import MissingPackageError, UserLookupError, UserValueError
 from hp_agent.verifiers import Verdict
 
 # verl-agent's templates, character for character (its "observaitons" typo and the
@@ -180,15 +181,15 @@ class AlfworldEnv(TextEnv):
                  expert: bool = True, speedups: bool = True):
         super().__init__()
         if prompt_mode not in PROMPT_MODES:
-            raise ValueError(f"unknown prompt_mode {prompt_mode!r}; valid: {', '.join(PROMPT_MODES)}")
+            raise UserValueError(f"unknown prompt_mode {prompt_mode!r}; valid: {', '.join(PROMPT_MODES)}")
         if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+            raise UserValueError(f"max_steps must be >= 1, got {max_steps}")
         if history_length < 0:
-            raise ValueError(f"history_length must be >= 0, got {history_length}")
+            raise UserValueError(f"history_length must be >= 0, got {history_length}")
         if num_games is not None and num_games < 1:
-            raise ValueError(f"num_games must be >= 1 (or None for all), got {num_games}")
+            raise UserValueError(f"num_games must be >= 1 (or None for all), got {num_games}")
         if win_reward <= 0 or invalid_penalty < 0:
-            raise ValueError(f"need win_reward > 0 and invalid_penalty >= 0, got {win_reward} and {invalid_penalty}")
+            raise UserValueError(f"need win_reward > 0 and invalid_penalty >= 0, got {win_reward} and {invalid_penalty}")
         self.split = split
         self.max_steps = self.max_turns = max_steps
         self.history_length = history_length
@@ -221,8 +222,8 @@ class AlfworldEnv(TextEnv):
             try:
                 from hp_agent.envs.alfworld.engine import AlfworldGame
             except ModuleNotFoundError as error:
-                raise ImportError(f"the ALFWorld engine needs alfworld and textworld[pddl] ({error}); "
-                                  "install them with `pip install -e '.[alfworld]'`") from error
+                raise MissingPackageError(f"the ALFWorld engine needs alfworld and textworld[pddl] ({error}); "
+                                          "install them with `pip install -e '.[alfworld]'`") from error
             self._engine = AlfworldGame(expert=self.expert, speedups=self.speedups)
         if self._engine.game_file != game.game_file:
             self._engine.load(game.game_file)
@@ -317,8 +318,8 @@ class AlfworldEnv(TextEnv):
             raise RuntimeError("AlfworldEnv.walkthrough() needs reset() first")
         commands = self._engine.walkthrough()
         if commands is None:
-            raise LookupError(f"game {self._episode.game.task_id} stores no walkthrough (the {self.split!r} split's "
-                              "games have none); use the expert policy instead")
+            raise UserLookupError(f"game {self._episode.game.task_id} stores no walkthrough (the {self.split!r} split's "
+                                  "games have none); use the expert policy instead")
         return commands
 
     def close(self) -> None:

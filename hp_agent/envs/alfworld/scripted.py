@@ -22,6 +22,7 @@ from multiprocessing import get_context
 from typing import Any, ClassVar
 
 from hp_agent.envs.base import TextEnv
+from hp_agent.errors import UserValueError
 from hp_agent.trajectory import Trajectory, Turn
 
 SCRIPTED_POLICIES: tuple[str, ...] = ("walkthrough", "expert", "random")
@@ -103,7 +104,7 @@ _POLICIES: dict[str, Callable[[], ScriptedPolicy]] = {
 def make_scripted(name: str) -> ScriptedPolicy:
     """A fresh scripted policy by name."""
     if name not in _POLICIES:
-        raise ValueError(f"unknown scripted policy {name!r}; valid: {', '.join(SCRIPTED_POLICIES)}")
+        raise UserValueError(f"unknown scripted policy {name!r}; valid: {', '.join(SCRIPTED_POLICIES)}")
     return _POLICIES[name]()
 
 
@@ -162,7 +163,7 @@ def play_episodes(env: TextEnv, env_kwargs: dict[str, Any], policy_name: str, jo
     called with each finished trajectory (progress bars).
     """
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise UserValueError(f"workers must be >= 1, got {workers}")
     make_scripted(policy_name)  # fail on a bad name before starting processes
     if workers == 1 or len(jobs) <= 1:
         policy = make_scripted(policy_name)

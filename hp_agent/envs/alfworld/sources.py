@@ -31,6 +31,7 @@ from hp_agent.envs.alfworld.data import (
     missing_data_message,
     require_data_root,
 )
+from hp_agent.errors import UserValueError
 from hp_agent.paths import cache_root
 
 SOURCES = ("auto", "official", "synth", "alfred")
@@ -56,7 +57,7 @@ def resolve_data_root(split: str, source: str = "auto", data_root: str | Path | 
     if data_root is not None:
         return require_data_root(data_root)
     if source not in SOURCES:
-        raise ValueError(f"unknown ALFWorld source {source!r}; valid: {', '.join(SOURCES)}")
+        raise UserValueError(f"unknown ALFWorld source {source!r}; valid: {', '.join(SOURCES)}")
     if source in ("auto", "official"):
         root = find_data_root()
         if root is not None:

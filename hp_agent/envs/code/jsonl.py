@@ -21,6 +21,7 @@ from typing import Any
 
 from hp_agent.envs.code.tasks import CodeTask, format_question
 from hp_agent.envs.task_files import check_record_keys, read_task_file
+from hp_agent.errors import UserValueError
 from hp_agent.verifiers.code import TEST_KINDS, TestCase, parse_arguments
 
 _REQUIRED_KEYS = ("question_content", "public_test_cases", "private_test_cases")
@@ -38,10 +39,10 @@ def _decode(value: Any, key: str, where: str, expected: type) -> Any:
         except json.JSONDecodeError as err:
             hint = (" (LiveCodeBench's released private tests are base64 + zlib + pickle: decode them with its own "
                     "loader first; pickles are never loaded here)" if key == "private_test_cases" else "")
-            raise ValueError(f"{where}: bad value for key {key!r}: not valid JSON ({err.msg}){hint}") from err
+            raise UserValueError(f"{where}: bad value for key {key!r}: not valid JSON ({err.msg}){hint}") from err
     if not isinstance(value, expected):
-        raise ValueError(f"{where}: bad value for key {key!r}: expected a JSON {expected.__name__}, "
-                         f"got {type(value).__name__}")
+        raise UserValueError(f"{where}: bad value for key {key!r}: expected a JSON {expected.__name__}, "
+                             f"got {type(value).__name__}")
     return value
 
 
@@ -51,11 +52,11 @@ def _tests(record: dict, key: str, where: str, public: bool) -> list[tuple[TestC
     for number, case in enumerate(_decode(record[key], key, where, list), start=1):
         bad = f"{where}: bad value for key {key!r}: test {number}"
         if not isinstance(case, dict) or not {"input", "output", "testtype"} <= set(case):
-            raise ValueError(f"{bad} must be an object with input, output and testtype")
+            raise UserValueError(f"{bad} must be an object with input, output and testtype")
         if not isinstance(case["input"], str) or not isinstance(case["output"], str):
-            raise ValueError(f"{bad}: input and output must be strings")
+            raise UserValueError(f"{bad}: input and output must be strings")
         if case["testtype"] not in TEST_KINDS:
-            raise ValueError(f"{bad} has testtype {case['testtype']!r}; valid testtypes: {', '.join(TEST_KINDS)}")
+            raise UserValueError(f"{bad} has testtype {case['testtype']!r}; valid testtypes: {', '.join(TEST_KINDS)}")
         tests.append((TestCase(case["input"], case["output"], public), case["testtype"]))
     return tests
 
@@ -66,8 +67,8 @@ def _check_functional(tests: tuple[TestCase, ...], where: str) -> None:
             parse_arguments(test.input)
             json.loads(test.output)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: functional test {number} (public first) is not JSON: {err.msg}; inputs hold "
-                             "one JSON value per line, outputs one JSON value") from err
+            raise UserValueError(f"{where}: functional test {number} (public first) is not JSON: {err.msg}; inputs hold "
+                                 "one JSON value per line, outputs one JSON value") from err
 
 
 def _task_from_record(record: Any, where: str, default_id: str) -> CodeTask:
@@ -75,20 +76,20 @@ def _task_from_record(record: Any, where: str, default_id: str) -> CodeTask:
     record = check_record_keys(record, where, _REQUIRED_KEYS, _OPTIONAL_KEYS, _VALID_KEYS)
     for key in ("question_content", "starter_code", "difficulty"):
         if not isinstance(record.get(key, ""), str) or (key == "question_content" and not record[key].strip()):
-            raise ValueError(f"{where}: bad value for key {key!r}: {record.get(key)!r}; expected a non-empty string")
+            raise UserValueError(f"{where}: bad value for key {key!r}: {record.get(key)!r}; expected a non-empty string")
     pairs = _tests(record, "public_test_cases", where, True) + _tests(record, "private_test_cases", where, False)
     if not pairs:
-        raise ValueError(f"{where}: no tests: public_test_cases and private_test_cases are both empty")
+        raise UserValueError(f"{where}: no tests: public_test_cases and private_test_cases are both empty")
     kinds = sorted({kind for _, kind in pairs})
     if len(kinds) > 1:
-        raise ValueError(f"{where}: tests mix testtypes {kinds}; a problem has one testtype")
+        raise UserValueError(f"{where}: tests mix testtypes {kinds}; a problem has one testtype")
     kind, tests = kinds[0], tuple(test for test, _ in pairs)
     func_name = None
     if kind == "functional":
         func_name = _decode(record.get("metadata", "{}"), "metadata", where, dict).get("func_name")
         if not isinstance(func_name, str) or not func_name.isidentifier():
-            raise ValueError(f"{where}: bad value for key 'metadata': functional tests need "
-                             f"{{\"func_name\": <identifier>}}, got func_name {func_name!r}")
+            raise UserValueError(f"{where}: bad value for key 'metadata': functional tests need "
+                                 f"{{\"func_name\": <identifier>}}, got func_name {func_name!r}")
         _check_functional(tests, where)
     task_id = str(record.get("question_id", default_id))
     difficulty = record.get("difficulty", "")

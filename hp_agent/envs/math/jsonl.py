@@ -7,6 +7,7 @@ from typing import Any
 
 from hp_agent.envs.math.tasks import MathTask
 from hp_agent.envs.task_files import check_record_keys, read_task_file
+from hp_agent.errors import UserValueError
 
 _REQUIRED_KEYS = ("id", "question", "answer")
 _OPTIONAL_KEYS = {"task_type": "jsonl", "difficulty": 0}
@@ -26,7 +27,7 @@ def _task_from_record(record: Any, where: str) -> MathTask:
         value = values[key]
         empty = key in _REQUIRED_KEYS and not str(value).strip()
         if isinstance(value, bool) or not isinstance(value, types) or empty:
-            raise ValueError(f"{where}: bad value for key {key!r}: {value!r}; {_VALID_KEYS}")
+            raise UserValueError(f"{where}: bad value for key {key!r}: {value!r}; {_VALID_KEYS}")
     return MathTask(
         str(values["id"]), values["question"], str(values["answer"]), values["task_type"], values["difficulty"]
     )
