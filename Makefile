@@ -37,7 +37,7 @@ demo: install
 		--out $(DEMO_RUN)-warm
 	$(BIN)/hp-agent eval --model $(DEMO_RUN)-warm $(KEYS_EVAL) --output $(DEMO_RUN)-warm/eval.json
 	$(BIN)/hp-agent train --env keys --model $(DEMO_RUN)-warm --name $(notdir $(DEMO_RUN)) --steps 24 \
-		trainer.prompts_per_step=16 rollout.max_new_tokens=5 learner.lr=1e-4 learner.mini_batch_size=8
+		trainer.prompts_per_step=16 rollout.max_new_tokens=5 learner.lr=1e-4 learner.mini_batch_prompts=8
 	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(KEYS_EVAL) --baseline $(DEMO_RUN)-warm/eval.json \
 		--output $(DEMO_RUN)/eval.json
 

@@ -122,7 +122,7 @@ def _run_ours(args: argparse.Namespace, algo: str, out: Path) -> dict:
     config = {"env": {"name": "math"}, "model": {"name": "tiny"},
               "algo": {"name": algo, **({"group_size": group} if algo == "grpo" else {})},
               "rollout": {"max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0},
-              "learner": {"lr": LR, "mini_batch_size": args.prompts * group},
+              "learner": {"lr": LR, "mini_batch_prompts": args.prompts},
               "trainer": {"steps": args.steps, "prompts_per_step": args.prompts, "run_dir": str(out), "name": algo,
                           "seed": SEED, "torch_threads": 1, "checkpoint_every": 10**6, "views_per_step": 0}}
     run = hp_agent.train(config, progress=False).run_dir

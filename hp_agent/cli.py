@@ -74,7 +74,6 @@ def train(
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         raise typer.Exit(_launch_ranks(nproc))
     _quiet_libraries()
-    from hp_agent.trainer import TrainingError
     from hp_agent.trainer import train as run_training
 
     flags = [f"env.name={env}"] if env else []
@@ -84,11 +83,7 @@ def train(
     flags += [f"trainer.name={name}"] if name else []
     flags += [f"model.backend={backend}"] if backend else []
     flags += [f"model.lora_rank={lora_rank}"] if lora_rank is not None else []
-    try:
-        summary = run_training(config, resume=resume, overrides=flags + list(overrides or []))
-    except TrainingError as error:
-        _fail(str(error))
-        return
+    summary = run_training(config, resume=resume, overrides=flags + list(overrides or []))  # TrainingError: a user error
     if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports
         return
     final = summary.final_metrics
@@ -205,16 +200,11 @@ def compare(
     """HP-RLVR (G=1) against GRPO (G=8) from the same model and seed, evaluated at 25/50/75/100% of the steps (resumable)."""
     _quiet_libraries()
     from hp_agent.compare import load_compare_config, run_compare
-    from hp_agent.trainer import TrainingError
 
-    try:
-        settings = load_compare_config(config, env=env, steps=steps, out=out, eval_limit=eval_limit,
-                                       eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
-                                       overrides=overrides)
-        summary = run_compare(settings)
-    except TrainingError as error:
-        _fail(str(error))
-        return
+    settings = load_compare_config(config, env=env, steps=steps, out=out, eval_limit=eval_limit,
+                                   eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
+                                   overrides=overrides)
+    summary = run_compare(settings)
     console.print((settings.out / "report.md").read_text())
     console.print(f"summary, report and figures written to {settings.out}")
     if summary.get("grpo_over_hp_rlvr"):

@@ -96,7 +96,8 @@ class CompareConfig(BaseModel):
     def train_config(self, method: str, steps: int | None = None) -> TrainConfig:
         """The method's training config: shared overrides, then env, rule, G, run folder (and steps)."""
         fixed = [f"env.name={self.env}", f"algo.name={method}", f"algo.group_size={self.methods[method]}",
-                 f"trainer.run_dir={self.run_dir(method).parent}", f"trainer.name={method}"]
+                 f"trainer.run_dir={self.run_dir(method).parent}", f"trainer.name={method}",
+                 "trainer.views_per_step=0"]  # the credit viewer's cost is not training's: wall times measure training
         fixed += [f"trainer.steps={steps}"] if steps is not None else []
         return load_config(None, self.overrides + fixed)
 

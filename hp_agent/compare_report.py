@@ -4,8 +4,9 @@ and 5) and figures, all read back from the comparison's folder (see :mod:`hp_age
 Wall time is the trainer's own per-step time (``time/total``, summed over the steps of
 the run) and CPU time its per-step CPU time (``cpu/step_s``: the trainer process and its
 env workers); set-up and evaluation are excluded from both (``segments.jsonl`` has the
-whole stretches). A zero-gradient record is an optimizer step whose gradient norm was exactly 0
-(the trainer's ``grad_norms.jsonl``). Avg@k is the mean success over k samples per task
+whole stretches). A gradient record is one row of the trainer's ``grad_norms.jsonl``: one
+record batch of ``learner.record_batch_size`` rollout slots inside an optimizer step, and a
+zero-gradient record one whose own contribution to that step's gradient was exactly 0. Avg@k is the mean success over k samples per task
 (the unbiased Pass@1); the interval is its Wilson 95% interval counting tasks as the trials.
 """
 
@@ -26,6 +27,7 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("behaviour-policy replay", "time/replay"),
     ("training", "time/train"),
     ("weight sync", "time/weight_sync"),
+    ("credit viewer", "time/views"),  # off in comparisons; here so that the phases always add up to time/total
     ("residual", "time/residual"),
 )
 

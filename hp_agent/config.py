@@ -161,6 +161,14 @@ class RolloutConfig(_Section):
     chat_history: bool = Field(
         False, description="Multi-turn: prompt with the whole conversation (pair with env.kwargs.prompt_mode=chat for ALFWorld)."
     )
+    truncated_turn: Literal["keep", "mask", "invalid"] = Field(
+        "keep",
+        description="A turn cut at max_new_tokens before its end-of-turn token (Turn.truncated; rollout/truncated_turns "
+        "counts them): keep trains it like any turn; mask gives its tokens zero credit, so no gradient (they still count "
+        "in the loss's token normalizer: the other tokens' update stays as with keep); invalid sends the env an empty "
+        "action instead of the cut text, so the env charges its own invalid-action cost (info shaping, ALFWorld's -0.1) "
+        "and the turn is marked invalid. Training only: evaluation plays every turn as sampled.",
+    )
 
 
 class LearnerConfig(_Section):
@@ -168,11 +176,18 @@ class LearnerConfig(_Section):
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Clip the total gradient norm to this (the unclipped norm is logged).")
-    mini_batch_size: int = Field(
+    mini_batch_prompts: int = Field(
         8,
         ge=1,
-        description="Trajectories per optimizer step (a gradient record), taken in rollout order so a prompt's group stays "
-        "together: a step of P prompts x G rollouts makes ceil(P G / mini_batch_size) records (later ones off-policy, clipped).",
+        description="Prompts per optimizer step (verl's PPO mini-batch, counted in prompts): a prompt's G rollouts are always "
+        "in one step, so at equal trainer.prompts_per_step every credit rule takes ceil(prompts_per_step / mini_batch_prompts) "
+        "optimizer steps (the later ones off-policy, clipped).",
+    )
+    record_batch_size: int = Field(
+        8,
+        ge=1,
+        description="Rollout slots per gradient record inside an optimizer step (default 8: one GRPO group): each record is "
+        "the norm of that batch's own gradient contribution, zero exactly when it contributes nothing (paper Table 5).",
     )
     micro_batch_tokens: int = Field(4096, ge=64, description="Padded tokens per forward/backward pass; gradients accumulate.")
     max_nonfinite_steps: int = Field(3, ge=1, description="Stop after this many consecutive steps with a non-finite loss.")
@@ -182,15 +197,28 @@ class LearnerConfig(_Section):
         "gradients; fsdp2 (torch fully_shard, one unit per decoder layer) shards weights, gradients and AdamW state "
         "over the ranks and trains a copy whose full weights are gathered into the rollout model after each step.",
     )
-    mixed_precision: bool = Field(
-        False,
+    mixed_precision: bool | None = Field(
+        None,
         description="Learner forward and backward in bfloat16 on float32 master weights, gradients and AdamW state "
-        "(autocast; fsdp2: its MixedPrecisionPolicy). With model.dtype=bfloat16 the learner trains a float32 copy and "
-        "the bfloat16 model rolls out.",
+        "(autocast; fsdp2: its MixedPrecisionPolicy); with a bfloat16/float16 model the learner trains a float32 copy "
+        "and the low-precision model rolls out. Default none: on when model.dtype is not float32 (AdamW on bfloat16 "
+        "weights drops most small updates). false with model.dtype=bfloat16 trains pure bfloat16 (less memory, "
+        "unsound updates); pure float16 is refused (no loss scaling).",
     )
     activation_checkpointing: bool = Field(
         False, description="Recompute each decoder layer's activations in backward instead of keeping them."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "mini_batch_size" in data:
+            raise ValueError(
+                "learner.mini_batch_size (trajectories per optimizer step) was replaced by learner.mini_batch_prompts "
+                "(prompts per optimizer step, a prompt's G rollouts together) and learner.record_batch_size (slots per "
+                "gradient record); e.g. learner.mini_batch_prompts=8"
+            )
+        return data
 
 
 class TrainerConfig(_Section):
@@ -236,6 +264,14 @@ class TrainConfig(_Section):
         least = self.algo.rule.min_group_size
         if self.algo.rollouts_per_prompt < least:
             raise ValueError(f"algo.group_size must be >= {least} for {self.algo.name} (a group of one has no baseline)")
+        if self.learner.mixed_precision is None:  # resolved here so that config.yaml records what ran
+            self.learner.mixed_precision = self.model.dtype != "float32"
+        if self.model.dtype == "float16" and not self.learner.mixed_precision:
+            raise ValueError(
+                "model.dtype=float16 with learner.mixed_precision=false would step float16 weights without loss scaling "
+                "(gradients underflow); use learner.mixed_precision=true (float32 master weights, bfloat16 compute) or "
+                "model.dtype=bfloat16"
+            )
         if self.rollout.top_p < 1.0:
             raise ValueError(
                 f"rollout.top_p={self.rollout.top_p} cannot train: hindsight scoring and the learner's ratio use the full "

@@ -6,7 +6,7 @@ step one process would take on the same global batch (rank 0's trajectories firs
 
 * the historical baseline is read for, and updated with, every rank's trajectories in
   that order (:func:`all_gather`), so its state is the same on every rank;
-* a mini-batch is a run of ``mini_batch_size`` trajectories of the global order, so a
+* a mini-batch is a run of ``mini_batch_prompts`` prompts of the global order, so a
   rank may hold part of one or none of it, and its loss is normalised by the global
   count of eligible tokens (:func:`all_reduce_sum`);
 * gradients are summed over ranks before clipping and the optimizer step, by DDP or

@@ -11,14 +11,18 @@ mini-batch gave a gradient norm of 8.8 (against 0.02-0.5 in the other steps) and
 turned the policy to empty, invalid actions within a step.
 
 e_j is the eligibility mask, N the number of eligible tokens in the mini-batch, c_j the
-token credit (HP-RLVR) or the trajectory's advantage (GRPO). A rollout batch is split,
-in rollout order, into mini-batches of ``mini_batch_size`` trajectories, one optimizer
-step (one *gradient record*) each, as verl's PPO mini-batches are: GRPO with G rollouts
-per prompt logs G times the records of HP-RLVR at equal prompts, and a mini-batch of
-groups whose rewards all tie has an exactly zero gradient. Micro-batches accumulate
+token credit (HP-RLVR) or the trajectory's advantage (GRPO). Optimizer mini-batches are
+counted in prompts, as verl counts PPO mini-batches: ``mini_batch_prompts`` prompts (each
+with its G rollouts, always together, even when one was dropped) per optimizer step, so
+HP-RLVR and GRPO take the same number of optimizer steps at equal prompts. Inside an
+optimizer step the rollout slots are cut into *gradient records* of ``record_batch_size``
+slots (8: one GRPO group); a record's norm is the norm of that batch's own contribution
+to the step's gradient, so a GRPO group whose rewards all tie gives an exactly zero
+record and GRPO logs about G times the records of HP-RLVR (paper Table 5 counts "all
+logged gradient records, rather than distinct optimizer steps"). Micro-batches accumulate
 gradients with the mini-batch's N as the normalizer, so micro-batching does not change
-the update. The total gradient norm of every optimizer step is recorded; a step whose
-loss or gradient is not finite is skipped.
+the update. The total gradient norm of every optimizer step is clipped and recorded; a
+step whose loss or gradient is not finite is skipped.
 """
 
 from __future__ import annotations
@@ -108,12 +112,14 @@ class TrainingSample:
 
 @dataclass
 class StepRecord:
-    """What one optimizer step did."""
+    """What one optimizer step did. ``grad_norm``: the step's total gradient norm before
+    clipping; ``record_norms``: each gradient record's own contribution, in slot order."""
 
     loss: float
     grad_norm: float
     skipped_nonfinite: bool
     metrics: dict[str, float]
+    record_norms: list[float]
 
 
 class Learner:
@@ -128,7 +134,9 @@ class Learner:
         temperature: float,
         max_grad_norm: float,
         micro_batch_tokens: int,
-        mini_batch_size: int = 8,
+        mini_batch_prompts: int,
+        group_size: int,
+        record_batch_size: int,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
         clip_ratio_c: float | None = 3.0,
@@ -139,12 +147,13 @@ class Learner:
     ):
         self.policy = policy
         self.ranks = ranks
-        self.model = TrainModel(policy.model, temperature, ranks, parallel, mixed_precision, activation_checkpointing)
+        self.model = TrainModel(policy.model, temperature, ranks, parallel, mixed_precision, activation_checkpointing,
+                                weights_changed=policy.weights_changed)
         self.optimizer = torch.optim.AdamW(self.model.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
-        self.mini_batch_size = mini_batch_size
+        self.mini_batch_prompts, self.group_size, self.record_batch_size = mini_batch_prompts, group_size, record_batch_size
         self.pad_id = policy.tokenizer.pad_token_id or 0
 
     @classmethod
@@ -154,7 +163,8 @@ class Learner:
         return cls(policy, lr=section.lr, clip_eps_low=config.algo.clip_eps_low, clip_eps_high=config.algo.clip_eps_high,
                    clip_ratio_c=config.algo.clip_ratio_c, temperature=config.rollout.temperature,
                    max_grad_norm=section.max_grad_norm, micro_batch_tokens=section.micro_batch_tokens,
-                   mini_batch_size=section.mini_batch_size, weight_decay=section.weight_decay, betas=section.betas,
+                   mini_batch_prompts=section.mini_batch_prompts, group_size=config.algo.rollouts_per_prompt,
+                   record_batch_size=section.record_batch_size, weight_decay=section.weight_decay, betas=section.betas,
                    ranks=ranks, parallel=section.parallel, mixed_precision=section.mixed_precision,
                    activation_checkpointing=section.activation_checkpointing)
 
@@ -166,58 +176,98 @@ class Learner:
         """Restore what :meth:`save` wrote into ``folder``."""
         self.model.load(folder, self.optimizer)
 
-    def step(self, trajectories: list[list[TrainingSample]]) -> list[StepRecord]:
-        """Learn from one rollout batch (each trajectory's turns as samples): one
-        optimizer step per ``mini_batch_size`` trajectories, in order, then the policy's
-        model gets the new weights. With several ranks the order is the global one (rank
-        0's trajectories first): a rank learns from its part of each mini-batch, possibly
-        none, and the step is the one a single process would take on the whole batch."""
-        counts = all_gather(len(trajectories), self.ranks)
-        offset = sum(counts[: self.ranks.rank])
+    def optimizer_steps(self, num_prompts: int) -> int:
+        """Optimizer steps a rollout batch of ``num_prompts`` prompts takes."""
+        return math.ceil(num_prompts / self.mini_batch_prompts)
+
+    def step(self, trajectories: list[list[TrainingSample]], slots: list[int] | None = None) -> list[StepRecord]:
+        """Learn from one rollout batch (each trajectory's turns as samples), then give the
+        policy's model the new weights.
+
+        ``slots[i]``: trajectory i's place in the global rollout order (rank 0's episodes
+        first, G consecutive slots a prompt), counted with the trajectories that were
+        dropped, so that a drop never moves a group into another mini-batch or record.
+        Default: this rank's trajectories are all there, after the lower ranks'. A rank
+        learns from its part of each mini-batch, possibly none, and the step is the one a
+        single process would take on the whole batch."""
+        if slots is None:
+            counts = all_gather(len(trajectories), self.ranks)
+            slots = list(range(sum(counts[: self.ranks.rank]), sum(counts[: self.ranks.rank + 1])))
+        slots_per_step = self.mini_batch_prompts * self.group_size
+        parts: dict[tuple[int, int], list[TrainingSample]] = {}  # (optimizer step, record) -> samples
+        for turns, slot in zip(trajectories, slots, strict=True):
+            key = (slot // slots_per_step, slot % slots_per_step // self.record_batch_size)
+            parts.setdefault(key, []).extend(s for s in turns if s.num_action_tokens > 0)
+        micro = {key: self._micro_batches(samples) for key, samples in parts.items()}
+        shapes = all_gather({key: (sum(s.num_action_tokens for s in samples), len(micro[key]))
+                             for key, samples in parts.items()}, self.ranks)
+        plan: dict[int, dict[int, tuple[int, int]]] = {}  # step -> record -> (eligible tokens, passes), over ranks
+        for shape in shapes:
+            for (step, record), (tokens, passes) in shape.items():
+                total, most = plan.setdefault(step, {}).get(record, (0, 0))
+                plan[step][record] = (total + tokens, max(most, passes))
         records = []
-        for start in range(0, sum(counts), self.mini_batch_size):
-            mine = trajectories[max(start - offset, 0) : max(start + self.mini_batch_size - offset, 0)]
-            samples = [s for turns in mine for s in turns if s.num_action_tokens > 0]
-            micro_batches = [[samples[i] for i in batch]
-                             for batch in token_budget_batches([len(s.input_ids) for s in samples], self.micro_batch_tokens)]
-            parts = all_gather((sum(s.num_action_tokens for s in samples), len(micro_batches)), self.ranks)
-            num_eligible, passes = sum(tokens for tokens, _ in parts), max(n for _, n in parts)
+        for step in sorted(plan):
+            record_plan = {record: passes for record, (tokens, passes) in sorted(plan[step].items()) if tokens}
+            num_eligible = sum(tokens for tokens, _ in plan[step].values())
             if num_eligible:
-                records.append(self._optimizer_step(micro_batches, num_eligible, passes))
+                records.append(self._optimizer_step({r: micro.get((step, r), []) for r in record_plan}, record_plan,
+                                                    num_eligible))
         self.model.publish()
         return records
 
-    def _optimizer_step(self, micro_batches: list[list[TrainingSample]], num_eligible: int, passes: int) -> StepRecord:
-        """One AdamW step on this rank's ``micro_batches``, in ``passes`` forward/backward
-        passes (the most any rank has; the rest pad). ``num_eligible``: the mini-batch's
-        action tokens over all ranks, the loss's normalizer. ``metrics`` describe this
-        rank's part."""
+    def _micro_batches(self, samples: list[TrainingSample]) -> list[list[TrainingSample]]:
+        lengths = [len(s.input_ids) for s in samples]
+        return [[samples[i] for i in batch] for batch in token_budget_batches(lengths, self.micro_batch_tokens)]
+
+    def _optimizer_step(self, micro_batches: dict[int, list[list[TrainingSample]]], passes: dict[int, int],
+                        num_eligible: int) -> StepRecord:
+        """One AdamW step on this rank's micro-batches of each gradient record. Record r runs
+        in ``passes[r]`` forward/backward passes (the most any rank has; the rest pad), the
+        last of them synchronising gradients over ranks, so that its contribution (the
+        gradients it leaves, before the earlier records' are added back) is measured whole.
+        ``num_eligible``: the mini-batch's action tokens over all ranks, the loss's
+        normalizer. ``metrics`` describe this rank's part."""
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss, metric_sums = 0.0, {}
-        for index in range(passes):
-            with self.model.gradient_sync(index == passes - 1):
-                if index >= len(micro_batches):
-                    self.model.padding_pass(self.pad_id)
-                    continue
-                micro = micro_batches[index]
-                input_ids, attention_mask = pad_right([s.input_ids for s in micro], self.pad_id)
-                logprobs = torch.cat(self.model.forward(input_ids, attention_mask,
-                                                        [(s.action_start, len(s.input_ids)) for s in micro]))
-                own = logprobs.detach().split([s.num_action_tokens for s in micro])
-                old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device)
-                                 for s, mine in zip(micro, own)])
-                credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
-                loss, metrics = clipped_policy_loss(
-                    logprobs, old, credit, torch.ones_like(credit), self.clip_eps_low, self.clip_eps_high, num_eligible,
-                    self.clip_ratio_c,
-                )
-                (loss * self.model.loss_scale).backward()
-                total_loss += loss.item()
-                add_metrics(metric_sums, metrics, logprobs.numel() / num_eligible)
+        total_loss, metric_sums, record_norms = 0.0, {}, []
+        earlier: list[torch.Tensor | None] = [None] * len(self.model.parameters)
+        for record, record_passes in passes.items():
+            for index in range(record_passes):
+                with self.model.gradient_sync(index == record_passes - 1):
+                    if index >= len(micro_batches[record]):
+                        self.model.padding_pass(self.pad_id)
+                        continue
+                    loss, metrics = self._loss(micro_batches[record][index], num_eligible)
+                    (loss * self.model.loss_scale).backward()
+                    total_loss += loss.item()
+                    add_metrics(metric_sums, metrics, sum(s.num_action_tokens for s in micro_batches[record][index]) / num_eligible)
+            record_norms.append(self.model.grad_norm(None))
+            earlier = self._fold_gradients(earlier)
+        for parameter, grad in zip(self.model.parameters, earlier):
+            parameter.grad = grad
         total_loss = all_reduce_sum([total_loss], self.ranks)[0]
         grad_norm = self.model.grad_norm(self.max_grad_norm)
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
-            return StepRecord(total_loss, grad_norm, True, metric_sums)
+            return StepRecord(total_loss, grad_norm, True, metric_sums, record_norms)
         self.optimizer.step()
-        return StepRecord(total_loss, grad_norm, False, metric_sums)
+        return StepRecord(total_loss, grad_norm, False, metric_sums, record_norms)
+
+    def _fold_gradients(self, earlier: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """Take the gradients the last record left off the parameters, added to ``earlier``
+        (the records before it), so that the next record's are its own."""
+        folded = []
+        for parameter, before in zip(self.model.parameters, earlier):
+            grad, parameter.grad = parameter.grad, None
+            folded.append(before if grad is None else grad if before is None else before.add_(grad))
+        return folded
+
+    def _loss(self, micro: list[TrainingSample], num_eligible: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """The clipped loss of one micro-batch, normalised by the mini-batch's ``num_eligible``."""
+        input_ids, attention_mask = pad_right([s.input_ids for s in micro], self.pad_id)
+        logprobs = torch.cat(self.model.forward(input_ids, attention_mask, [(s.action_start, len(s.input_ids)) for s in micro]))
+        own = logprobs.detach().split([s.num_action_tokens for s in micro])
+        old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device) for s, mine in zip(micro, own)])
+        credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
+        return clipped_policy_loss(logprobs, old, credit, torch.ones_like(credit), self.clip_eps_low, self.clip_eps_high,
+                                   num_eligible, self.clip_ratio_c)

@@ -41,6 +41,7 @@ from torch import nn
 
 from hp_agent.credit import chunked_logprobs
 from hp_agent.distributed import SINGLE, Ranks
+from hp_agent.errors import UserFileNotFoundError
 
 Parallel = Literal["ddp", "fsdp2"]
 OPTIMIZER_FILE = "optimizer.pt"  # a checkpoint's optimizer state when the policy's model is the one trained
@@ -133,9 +134,13 @@ class TrainModel:
         ids = torch.full((1, 2), pad_id, dtype=torch.long)
         (self.forward(ids, torch.ones_like(ids), [(1, 2)])[0].sum() * 0.0).backward()
 
-    def grad_norm(self, max_norm: float) -> float:
-        """Clip the gradients' total norm (over all ranks' shards) to ``max_norm``; the norm before."""
-        norm = torch.nn.utils.clip_grad_norm_(self.parameters, max_norm)
+    def grad_norm(self, max_norm: float | None) -> float:
+        """The gradients' total norm (over all ranks' shards); with ``max_norm``, clipped to it (the norm before)."""
+        if max_norm is None:
+            grads = [p.grad for p in self.parameters if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters, max_norm)
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     @torch.no_grad()
@@ -158,7 +163,8 @@ class TrainModel:
         checkpoint ``folder``. Every rank calls it; with FSDP2 every rank writes its shards."""
         if not self.separate:
             if self.ranks.is_main:
-                torch.save(optimizer.state_dict(), folder / OPTIMIZER_FILE)
+                with (folder / OPTIMIZER_FILE).open("wb") as file:  # a full disk is then a plain OSError
+                    torch.save(optimizer.state_dict(), file)
             return
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -170,7 +176,7 @@ class TrainModel:
         """Restore what :meth:`save` wrote into ``folder``."""
         expected = folder / (LEARNER_FOLDER if self.separate else OPTIMIZER_FILE)
         if not expected.exists():
-            raise FileNotFoundError(f"checkpoint {str(folder)!r} has no {expected.name}: it was written with other "
+            raise UserFileNotFoundError(f"checkpoint {str(folder)!r} has no {expected.name}: it was written with other "
                                     "learner.parallel / learner.mixed_precision settings; resume it with those")
         if not self.separate:
             optimizer.load_state_dict(torch.load(expected, map_location="cpu", weights_only=False))

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 
 from hp_agent.config import TrainConfig, load_config, save_config
-from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown
+from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown, zero_turn_credit
 from hp_agent.credit_view import VIEWS_FILE, credit_view, pick_for_view
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
 from hp_agent.envs.vector import EnvPool, make_env_pool
-from hp_agent.errors import UserFileExistsError, UserFileNotFoundError
+from hp_agent.errors import UserError, UserFileExistsError, UserFileNotFoundError, UserValueError
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories, unreplayed_scores
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
 from hp_agent.lora import maybe_apply_lora
@@ -35,7 +35,7 @@ from hp_agent.runs import (JsonlLog, MetricsWriter, latest_checkpoint, load_chec
 from hp_agent.trajectory import Trajectory, format_token_mask
 
 
-class TrainingError(RuntimeError):
+class TrainingError(UserError, RuntimeError):
     """Training cannot go on (e.g. the loss stayed non-finite); the message says why."""
 
 
@@ -99,9 +99,11 @@ def assign_credit(
     baseline: HistoricalBaseline,
     format_masks: list[list[list[bool]]] | None = None,
     ranks: Ranks = SINGLE,
+    mask_truncated: bool = False,
 ) -> tuple[list[list[TrainingSample]], dict[str, float]]:
     """Token credit for every turn of every usable trajectory (DESIGN.md steps 5-6), then
     the baseline update. Returns the learner's samples, one list of turns per trajectory.
+    ``mask_truncated`` (``rollout.truncated_turn=mask``): a truncated turn's tokens get zero credit.
 
     ``format_masks[i][t]`` marks answer-format tokens of turn t of trajectory i (for the
     credit breakdown; all content when absent). With several ``ranks``, the baseline is
@@ -121,6 +123,8 @@ def assign_credit(
     batch = credit_batch(kept, [scores[k] for k in usable], baselines, rule.hindsight)
     credit, metrics = rule.fn(batch, options)
     turns = [turn for traj in kept for turn in traj.turns]
+    if mask_truncated:
+        credit = zero_turn_credit(credit, batch.token_turn, torch.tensor([turn.truncated for turn in turns], dtype=torch.bool))
     if format_masks is None:
         format_masks = [[[False] * len(turn.action_ids) for turn in t.turns] for t in trajectories]
     format_mask = torch.tensor([bit for k in usable for turn_mask in format_masks[k] for bit in turn_mask], dtype=torch.bool)
@@ -145,15 +149,18 @@ def answer_format_masks(policy: Policy, trajectories: list[Trajectory], answer_f
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """The step's rollout metrics; reward and success over the episodes that did not error (they have no outcome)."""
     n = max(len(trajectories), 1)
+    finished = [t for t in trajectories if not t.errored]
     turns = [turn for t in trajectories for turn in t.turns]
     return {
-        "rollout/reward_mean": sum(t.reward for t in trajectories) / n,
-        "rollout/success_rate": sum(t.success for t in trajectories) / n,
+        "rollout/reward_mean": sum(t.reward for t in finished) / max(len(finished), 1),
+        "rollout/success_rate": sum(t.success for t in finished) / max(len(finished), 1),
         "rollout/turns_mean": len(turns) / n,
         "rollout/action_tokens_mean": sum(len(turn.action_ids) for turn in turns) / max(len(turns), 1),
         "rollout/invalid_fraction": sum(turn.invalid for turn in turns) / max(len(turns), 1),
         "rollout/truncated_fraction": sum(t.truncated for t in trajectories) / n,
+        "rollout/truncated_turns": float(sum(turn.truncated for turn in turns)),  # cut before their end-of-turn token
         "rollout/errored": float(sum(t.errored for t in trajectories)),
     }
 
@@ -182,8 +189,8 @@ class TrainState:
 
     def load_state_dict(self, state: dict, ranks: Ranks = SINGLE) -> None:
         if len(state["rng"]) != ranks.world_size:
-            raise ValueError(f"the checkpoint was written by {len(state['rng'])} ranks; resume it with as many, "
-                             f"not {ranks.world_size}")
+            raise UserValueError(f"the checkpoint was written by {len(state['rng'])} ranks; resume it with as many, "
+                                 f"not {ranks.world_size}")
         self.step, self.totals = state["step"], dict(state["totals"])
         self.baseline.load_state_dict(state["baseline"])
         self.sampler.epoch, self.sampler.position = state["sampler"]
@@ -255,8 +262,8 @@ def train(
     if resume is None and ranks.is_main and (run_dir / "config.yaml").exists():
         raise UserFileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
     if config.trainer.prompts_per_step % ranks.world_size:
-        raise ValueError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} does not split evenly over "
-                         f"{ranks.world_size} ranks; use a multiple of {ranks.world_size}")
+        raise UserValueError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} does not split evenly over "
+                             f"{ranks.world_size} ranks; use a multiple of {ranks.world_size}")
     # Env workers and log files are closed however the run ends (an error mid-step too).
     with ExitStack() as resources:
         return _train(config, run_dir, checkpoint, resume is not None, progress and ranks.is_main, resources, ranks)
@@ -287,7 +294,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
     scoring = ScoringOptions.from_config(config)
-    one_update = config.trainer.prompts_per_step * group_size <= config.learner.mini_batch_size  # one record a step
+    one_update = learner.optimizer_steps(config.trainer.prompts_per_step) == 1
     summary = RunSummary(run_dir=run_dir, steps=state.step)
 
     # --- the loop ------------------------------------------------------------------
@@ -301,30 +308,36 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(group_size)]
             first_seed = config.trainer.seed + (step * ranks.world_size + ranks.rank) * len(episodes)
             trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
-                                   seed=first_seed, times=times, chat_history=config.rollout.chat_history)
+                                   seed=first_seed, times=times, chat_history=config.rollout.chat_history,
+                                   truncated_invalid=config.rollout.truncated_turn == "invalid")
             # vllm with model.vllm.sleep: free the engine's GPU memory (counted with the weight sync that wakes it)
             times.add("time/weight_sync", policy.release_memory())
+
+            # Errored episodes (an env that raised, crashed or hung) go no further than the log:
+            # no scoring, credit, baseline or update. ``slots``: the kept ones' places in the global order.
+            usable = usable_indices(trajectories)
+            kept, slots = [trajectories[k] for k in usable], [ranks.rank * len(episodes) + k for k in usable]
 
             # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot. No replay
             # where the learner takes one optimizer step: its own pass runs on the snapshot's weights.
             started = time.perf_counter()
             if rule.hindsight or not one_update:
-                scores = score_trajectories(policy, trajectories, scoring, with_hindsight=rule.hindsight)
+                scores = score_trajectories(policy, kept, scoring, with_hindsight=rule.hindsight)
             else:
-                scores = unreplayed_scores(trajectories)
+                scores = unreplayed_scores(kept)
             times.add("time/hindsight" if rule.hindsight else "time/replay", time.perf_counter() - started)
 
             # 3. credit (then the baseline's update), 4. the policy update
-            format_masks = answer_format_masks(policy, trajectories, envs.answer_format)
-            samples, credit_metrics = assign_credit(trajectories, scores, rule, credit_options, state.baseline, format_masks,
-                                                    ranks)
+            format_masks = answer_format_masks(policy, kept, envs.answer_format)
+            samples, credit_metrics = assign_credit(kept, scores, rule, credit_options, state.baseline, format_masks, ranks,
+                                                    mask_truncated=config.rollout.truncated_turn == "mask")
             if logs.views is not None and (step % config.trainer.view_every == 0 or step + 1 == config.trainer.steps):
                 # under the snapshot that scored them, before the update
                 started = time.perf_counter()
-                _record_views(policy, trajectories, scores, samples, scoring, config, step, logs.views)
+                _record_views(policy, kept, scores, samples, scoring, config, step, logs.views)
                 times.add("time/views", time.perf_counter() - started)
             started = time.perf_counter()
-            records = learner.step(samples)
+            records = learner.step(samples, slots)
             times.add("time/train", time.perf_counter() - started)
             # vllm: copy the updated weights into the rollout engine; hf shares the learner's model (0 s).
             times.add("time/weight_sync", policy.sync_weights())
@@ -403,12 +416,14 @@ def _cpu_seconds(envs: EnvPool) -> float:
 def _account_grad_records(
     records: list[StepRecord], totals: dict[str, int], step: int, grad_log: JsonlLog, max_nonfinite: int
 ) -> dict[str, float]:
-    """Log each optimizer step's grad norm; stop after ``max_nonfinite`` bad steps in a row."""
+    """Log each gradient record (one row of grad_norms.jsonl: its own contribution's norm) of
+    each optimizer step; stop after ``max_nonfinite`` non-finite optimizer steps in a row."""
     metrics: dict[str, float] = {}
+    norms = [norm for record in records for norm in record.record_norms]
     for index, record in enumerate(records):
-        grad_log.write({"step": step, "mini_batch": index, "grad_norm": record.grad_norm, "skipped_nonfinite": record.skipped_nonfinite})
-        totals["grad_records"] += 1
-        totals["zero_grad_records"] += int(record.grad_norm == 0.0)
+        for position, norm in enumerate(record.record_norms):
+            grad_log.write({"step": step, "optimizer_step": index, "record": position, "grad_norm": norm,
+                            "skipped_nonfinite": record.skipped_nonfinite})
         totals["nonfinite_in_a_row"] = totals["nonfinite_in_a_row"] + 1 if record.skipped_nonfinite else 0
         if totals["nonfinite_in_a_row"] >= max_nonfinite:
             raise TrainingError(
@@ -416,10 +431,14 @@ def _account_grad_records(
                 "lower learner.lr or check the model's dtype (float32 on CPU)"
             )
         add_metrics(metrics, record.metrics, 1 / len(records))
+    totals["grad_records"] += len(norms)
+    totals["zero_grad_records"] += sum(norm == 0.0 for norm in norms)
     if records:
         metrics["loss/policy"] = sum(r.loss for r in records) / len(records)
         metrics["train/grad_norm"] = sum(r.grad_norm for r in records) / len(records)
-    metrics["train/zero_grad_records"] = float(sum(r.grad_norm == 0.0 for r in records))
+    metrics["train/optimizer_steps"] = float(len(records))
+    metrics["train/grad_records"] = float(len(norms))
+    metrics["train/zero_grad_records"] = float(sum(norm == 0.0 for norm in norms))
     metrics["train/nonfinite_skipped"] = float(sum(r.skipped_nonfinite for r in records))
     metrics["train/zero_grad_records_total"] = float(totals["zero_grad_records"])
     metrics["train/grad_records_total"] = float(totals["grad_records"])

@@ -14,7 +14,7 @@ case "$env" in
   code) steps=32; warm=(--steps 300); settings=(trainer.prompts_per_step=8 rollout.max_new_tokens=160); eval=(--eval-limit 40) ;;
   # make demo's game and warm start: 16 prompts a step (HP-RLVR 16 episodes, GRPO 128), 24 steps.
   keys) steps=24; warm=(--steps 200 --lr 1e-3 --env-kwargs '{demo_mistakes: 0.5}')
-        settings=(trainer.prompts_per_step=16 rollout.max_new_tokens=5 learner.mini_batch_size=8); eval=() ;;
+        settings=(trainer.prompts_per_step=16 rollout.max_new_tokens=5 learner.mini_batch_prompts=8); eval=() ;;
   *) echo "unknown env $env (math, code or keys)" >&2; exit 2 ;;
 esac
 mkdir -p "$root"

@@ -22,7 +22,8 @@ from hp_agent.policies import load_policy
 from hp_agent.trainer import assign_credit
 
 LEARNER = dict(lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1.0,
-               micro_batch_tokens=4096, mini_batch_size=3)
+               micro_batch_tokens=4096, mini_batch_prompts=3, group_size=1,
+               record_batch_size=2)
 
 
 def main(batch_path: str, out: str, parallel: str = "ddp", checkpointing: str = "0", mixed: str = "0") -> None:

@@ -85,3 +85,17 @@ class TiedOrNot(TextEnv):
     def step(self, action):
         won = self.task == "tied" or self.seed % 2 == 1
         return "", float(won), True, False, {"verdict": Verdict(float(won), "", won)}
+
+
+class SometimesBroken(ScriptedEnv):
+    """Four tasks: two that finish, one whose ``step`` raises and one whose ``reset`` does
+    (the trainer's errored-episode tests); ``max_turns`` 3: a multi-turn env."""
+
+    def task_ids(self):
+        return ["ok-0", "two-steps", "raise", "raise-at-reset"]
+
+
+class SometimesBrokenSingleStep(SometimesBroken):
+    """The same tasks in a single-step env ("two-steps" is then cut off after its one turn)."""
+
+    max_turns = 1

@@ -14,7 +14,7 @@ from hp_agent.config import ConfigError
 # Mechanics on the single-step toy task with the embedded (untrained) model: 2 steps,
 # evaluated after each; 2 prompts a step (GRPO: 16 episodes, HP-RLVR: 2).
 OVERRIDES = ["trainer.prompts_per_step=2", "rollout.max_new_tokens=5", "trainer.save_trajectories=false",
-             "learner.mini_batch_size=8"]
+             "learner.mini_batch_prompts=8"]
 
 
 def settings(out, **changes) -> CompareConfig:
@@ -79,6 +79,11 @@ def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkey
     # The wall time is the sum of the logged step times; GRPO plays 8x the episodes.
     logged = [json.loads(line)["time/total"] for line in (out / "runs" / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert grpo["wall_s"] == pytest.approx(sum(logged))
+    # Table 2 reconciles with Table 1: every second of the wall time is in a phase, and the
+    # credit viewer (not training's cost) is off.
+    for method in (hp, grpo):
+        assert sum(method["phases_s"].values()) == pytest.approx(method["wall_s"], rel=1e-6)
+    assert settings(out).train_config("hp-rlvr").trainer.views_per_step == 0
     assert summary["grpo_over_hp_rlvr"]["wall"] == pytest.approx(grpo["wall_s"] / hp["wall_s"])
     cpu = [json.loads(line)["cpu/step_s"] for line in (out / "runs" / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert all(c > 0 for c in cpu) and grpo["cpu_s"] == pytest.approx(sum(cpu))

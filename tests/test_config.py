@@ -55,3 +55,17 @@ def test_credit_rule_names_and_top_p_are_checked():
     assert load_config(overrides=["algo.name=reinforce"]).algo.rollouts_per_prompt == 1
     with pytest.raises(ConfigError, match=r"rollout.top_p=0.9 cannot train.*set rollout.top_p=1.0"):
         load_config(overrides=["rollout.top_p=0.9"])
+
+
+def test_a_low_precision_model_trains_in_mixed_precision_unless_asked_otherwise():
+    assert load_config(None, []).learner.mixed_precision is False
+    assert load_config(None, ["model.dtype=bfloat16"]).learner.mixed_precision is True
+    assert load_config(None, ["model.dtype=float16"]).learner.mixed_precision is True
+    assert load_config(None, ["model.dtype=bfloat16", "learner.mixed_precision=false"]).learner.mixed_precision is False
+    with pytest.raises(ConfigError, match="float16.*loss scaling"):
+        load_config(None, ["model.dtype=float16", "learner.mixed_precision=false"])
+
+
+def test_the_replaced_mini_batch_key_says_what_replaced_it():
+    with pytest.raises(ConfigError, match="learner.mini_batch_size .*replaced by learner.mini_batch_prompts"):
+        load_config(None, ["learner.mini_batch_size=8"])

@@ -100,7 +100,7 @@ def test_fsdp2_in_bf16_mixed_precision_takes_about_the_autocast_step_of_one_proc
 def _train_command(tmp_path: Path, name: str, *arguments: str) -> list[str]:
     return [sys.executable, "-m", "hp_agent", "train", "--nproc", "2", "--env", "keys", "--steps", "2",
             f"trainer.run_dir={tmp_path}", f"trainer.name={name}", "trainer.prompts_per_step=4",
-            "trainer.checkpoint_every=1", "rollout.max_new_tokens=5", "learner.lr=1e-3", "learner.mini_batch_size=3",
+            "trainer.checkpoint_every=1", "rollout.max_new_tokens=5", "learner.lr=1e-3", "learner.mini_batch_prompts=3",
             *arguments]
 
 

@@ -27,9 +27,10 @@ def _rollouts(policy, tasks=3, group=1, max_new_tokens=24):
     return collect(policy, envs, "math", episodes, SamplingParams(max_new_tokens=max_new_tokens))
 
 
-def _learner(policy, micro_batch_tokens=4096, lr=1e-3, mini_batch_size=1000):
+def _learner(policy, micro_batch_tokens=4096, lr=1e-3, mini_batch_prompts=1000, group_size=1, record_batch_size=8):
     return Learner(policy, lr=lr, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                   micro_batch_tokens=micro_batch_tokens, mini_batch_size=mini_batch_size)
+                   micro_batch_tokens=micro_batch_tokens, mini_batch_prompts=mini_batch_prompts, group_size=group_size,
+                   record_batch_size=record_batch_size)
 
 
 def _credit(trajectories, scores, algo="hp-rlvr", baseline=None):
@@ -211,27 +212,37 @@ def test_a_registered_credit_rule_plugs_in_without_trainer_changes(tiny_policy):
     assert [float(turn.credit[0]) for turns in samples for turn in turns] == [0.0, 1.0, 2.0, 3.0]
 
 
-def test_gradient_records_are_mini_batches_of_trajectories_in_rollout_order(policy):
-    """GRPO with 2 prompts x 4 rollouts and mini-batches of 4 trajectories: 2 records.
-    The first prompt's group ties (a zero-gradient record), the second's does not."""
+def test_a_tied_group_gives_exactly_its_zero_record_next_to_a_split_one(policy):
+    """GRPO with 2 prompts x 4 rollouts in one optimizer step, records of 4 slots: the
+    first prompt's group ties (its record is exactly zero), the second's does not; the
+    step's gradient is the second record's alone. Records of 1 slot: 8 records."""
     trajectories = _rollouts(policy, tasks=2, group=4)
     for k, trajectory in enumerate(trajectories):
         trajectory.reward = 0.0 if k < 4 else float(k % 2)
     scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False)
     samples, _ = _credit(trajectories, scores, "grpo")
-    tied, varied = _learner(policy, mini_batch_size=4).step(samples)
-    assert tied.grad_norm == 0.0 and varied.grad_norm > 0.0
-    assert len(_learner(policy, mini_batch_size=1).step(samples)) == 8  # G times the records of 2 prompts alone
+    (step,) = _learner(copy.deepcopy(policy), mini_batch_prompts=2, group_size=4, record_batch_size=4).step(samples)
+    tied, split = step.record_norms
+    assert tied == 0.0 and split > 0.0 and step.grad_norm == pytest.approx(split, rel=1e-5)
+    (step,) = _learner(copy.deepcopy(policy), mini_batch_prompts=2, group_size=4, record_batch_size=1).step(samples)
+    assert len(step.record_norms) == 8 and step.record_norms[:4] == [0.0] * 4 and min(step.record_norms[4:]) > 0.0
+    # A dropped trajectory of the tied group moves no other trajectory into its record.
+    (step,) = _learner(copy.deepcopy(policy), mini_batch_prompts=2, group_size=4, record_batch_size=4).step(
+        samples[1:], slots=list(range(1, 8)))
+    tokens = [sum(s.num_action_tokens for s in turns) for turns in samples]
+    # the same contribution, normalised by the mini-batch's fewer tokens
+    assert step.record_norms[0] == 0.0 and step.record_norms[1] == pytest.approx(split * sum(tokens) / sum(tokens[1:]),
+                                                                               rel=1e-5)
 
 
 def test_learner_and_scoring_are_built_from_their_config_sections(tiny_policy):
     from hp_agent.config import load_config
 
-    config = load_config(None, ["learner.lr=3e-4", "learner.mini_batch_size=4", "learner.max_grad_norm=0.5",
+    config = load_config(None, ["learner.lr=3e-4", "learner.mini_batch_prompts=4", "learner.max_grad_norm=0.5",
                                 "algo.clip_eps_high=0.3", "algo.clip_ratio_c=null", "rollout.temperature=0.7",
                                 "hindsight.future_turns=3", "hindsight.score_batch_tokens=2048", "hindsight.packed=false"])
     learner = Learner.from_config(tiny_policy, config)
-    assert learner.optimizer.param_groups[0]["lr"] == 3e-4 and learner.mini_batch_size == 4
+    assert learner.optimizer.param_groups[0]["lr"] == 3e-4 and learner.mini_batch_prompts == 4
     assert (learner.max_grad_norm, learner.clip_eps_high, learner.clip_ratio_c, learner.model.module.temperature) == (0.5, 0.3, None, 0.7)
     scoring = ScoringOptions.from_config(config)
     assert (scoring.future_turns, scoring.batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
@@ -254,7 +265,8 @@ def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradients(poli
     plain_calls, checkpointed_calls = _decoder_layer_calls(policy), _decoder_layer_calls(other)
     (plain,) = _learner(policy).step(samples)
     (checkpointed,) = Learner(other, lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                              micro_batch_tokens=4096, mini_batch_size=1000, activation_checkpointing=True).step(samples)
+                              micro_batch_tokens=4096, mini_batch_prompts=1000, group_size=1, record_batch_size=8,
+                              activation_checkpointing=True).step(samples)
     assert len(checkpointed_calls) == 2 * len(plain_calls) > 0  # each layer runs again in backward
     assert plain.grad_norm > 0 and checkpointed.grad_norm == pytest.approx(plain.grad_norm, rel=1e-5)
     for (name, a), b in zip(policy.model.named_parameters(), other.model.parameters()):
@@ -271,7 +283,7 @@ def test_mixed_precision_computes_in_bfloat16_on_float32_master_weights():
     start = {k: v.float().clone() for k, v in rollout_policy.model.state_dict().items()}
     calls = _decoder_layer_calls(rollout_policy)
     options = dict(lr=1e-5, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                   micro_batch_tokens=4096, mini_batch_size=1000)
+                   micro_batch_tokens=4096, mini_batch_prompts=1000, group_size=1, record_batch_size=8)
     mixed = Learner(rollout_policy, **options, mixed_precision=True)
     for _ in range(3):
         mixed.step(samples)
@@ -311,3 +323,48 @@ def test_a_grpo_step_without_replay_takes_the_replayed_step(policy):
     assert without.metrics["loss/ratio_mean"] == without.metrics["loss/ratio_max"] == 1.0
     for (name, a), b in zip(policy.model.named_parameters(), other.model.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
+
+
+def _synthetic_batch(prompts: int, group: int, seed: int = 0) -> list[list[TrainingSample]]:
+    """One one-turn trajectory per rollout slot: random ids, credit of either sign."""
+    generator = torch.Generator().manual_seed(seed)
+    batch = []
+    for _ in range(prompts * group):
+        ids = torch.randint(5, 200, (12,), generator=generator).tolist()
+        batch.append([TrainingSample(ids, 8, None, torch.randn(4, generator=generator))])
+    return batch
+
+
+@pytest.mark.parametrize("prompts, grpo_records, hp_records", [(4, 4, 1), (16, 16, 2)])
+def test_both_methods_take_the_same_optimizer_steps_at_equal_prompts(tiny_policy, prompts, grpo_records, hp_records):
+    """Mini-batches of 8 prompts (the default): GRPO's 8 rollouts a prompt do not add
+    optimizer steps, only gradient records (8 slots each: G times HP-RLVR's where a
+    mini-batch has 8 prompts)."""
+    steps = {}
+    for name, group in (("hp-rlvr", 1), ("grpo", 8)):
+        learner = _learner(copy.deepcopy(tiny_policy), mini_batch_prompts=8, group_size=group, record_batch_size=8)
+        assert learner.optimizer_steps(prompts) == -(-prompts // 8)
+        records = learner.step(_synthetic_batch(prompts, group))
+        steps[name] = (len(records), sum(len(r.record_norms) for r in records))
+    assert steps == {"hp-rlvr": (-(-prompts // 8), hp_records), "grpo": (-(-prompts // 8), grpo_records)}
+
+
+def test_a_low_precision_model_trains_float32_master_weights_by_default():
+    """model.dtype=bfloat16 with no precision key: AdamW steps float32 master weights, so
+    steps of about lr = 1e-5 move essentially every weight of a layer (pure bfloat16, as
+    learner.mixed_precision=false asks, rounds most of them away)."""
+    from hp_agent.config import load_config
+
+    moved = {}
+    for overrides in ([], ["learner.mixed_precision=false"]):
+        torch.manual_seed(0)
+        policy = load_policy("tiny", dtype="bfloat16")
+        config = load_config(None, ["model.dtype=bfloat16", "learner.lr=1e-5", "learner.max_grad_norm=1e9", *overrides])
+        learner = Learner.from_config(policy, config)
+        name = "model.layers.0.mlp.up_proj.weight"
+        start = policy.model.state_dict()[name].float().clone()
+        for seed in range(3):
+            learner.step(_synthetic_batch(4, 1, seed))
+        trained = dict(learner.model.trained.named_parameters())[name].detach().float()
+        moved[config.learner.mixed_precision] = (trained != start).float().mean().item()
+    assert moved[True] > 0.9 and moved[False] < 0.5, moved

@@ -48,7 +48,7 @@ ENVS = ("keys", "keystep")
 DEMO_MISTAKES = 0.5
 SFT_STEPS, SFT_BATCH, SFT_LR = 200, 16, 1e-3
 # RL budgets: 16 episodes a step (HP-RLVR: 16 prompts x 1 rollout; GRPO: 2 prompts x 8
-# rollouts), two optimizer steps a step. Both learn at 1e-4: at 3e-4 GRPO fell, on 2 of
+# rollouts), two optimizer steps a step (mini-batches of 8 and of 1 prompt). Both learn at 1e-4: at 3e-4 GRPO fell, on 2 of
 # 5 seeds, into "always open, never walk on", which wins only when the key is in the
 # first box (1/3 of the tasks), and HP-RLVR collapsed on keys seed 1 (0.42 -> 0.00,
 # writing "n" and stopping; docs/results.md has the analysis) once a fresh install's
@@ -61,10 +61,10 @@ class Budget:
     prompts_per_step: int
     group_size: int
     lr: float
+    mini_batch_prompts: int
 
 
-BUDGETS = {"hp-rlvr": Budget(24, 16, 1, 1e-4), "grpo": Budget(20, 2, 8, 1e-4)}
-MINI_BATCH = 8
+BUDGETS = {"hp-rlvr": Budget(24, 16, 1, 1e-4, 8), "grpo": Budget(20, 2, 8, 1e-4, 1)}
 # "open" is 3 tokens, "use key" 2, plus the end-of-turn token.
 SAMPLING = SamplingParams(max_new_tokens=5, temperature=1.0)
 EVAL_SEED = 1
@@ -182,7 +182,7 @@ def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path) -
         "model": {"name": str(warm)},
         "algo": {"name": algo, "group_size": budget.group_size},
         "rollout": {"max_new_tokens": SAMPLING.max_new_tokens, "temperature": SAMPLING.temperature},
-        "learner": {"lr": budget.lr, "mini_batch_size": MINI_BATCH},
+        "learner": {"lr": budget.lr, "mini_batch_prompts": budget.mini_batch_prompts},
         "trainer": {
             "steps": budget.steps,
             "prompts_per_step": budget.prompts_per_step,

@@ -44,8 +44,9 @@ def test_two_steps_write_a_complete_run_folder(tmp_path, algo):
         if algo == "grpo":  # 2 x 4 trajectories, one optimizer step: no replay, the learner's own pass (ratio 1)
             assert record["loss/ratio_max"] == record["loss/ratio_mean"] == 1.0
     grads = read_jsonl_records(run / "grad_norms.jsonl")
-    # one record a step: 2 prompts x G <= 8 trajectories fit the default mini-batch
-    assert [(g["step"], g["mini_batch"]) for g in grads] == [(0, 0), (1, 0)]
+    # one optimizer step (2 prompts <= 8 a mini-batch) and one record (2 x G <= 8 slots) a step
+    assert [(g["step"], g["optimizer_step"], g["record"]) for g in grads] == [(0, 0, 0), (1, 0, 0)]
+    assert [(m["train/optimizer_steps"], m["train/grad_records"]) for m in metrics] == [(1, 1), (1, 1)]
     assert summary.grad_records == 2
     trajectories = read_jsonl_records(run / "trajectories.jsonl")
     assert len(trajectories) == 2 * 2 * (4 if algo == "grpo" else 1)
@@ -58,13 +59,13 @@ def test_two_steps_write_a_complete_run_folder(tmp_path, algo):
 
 
 def test_grpo_gives_a_tied_group_zero_gradients_and_a_split_group_none(tmp_path):
-    """One step of 2 prompts, one trajectory per mini-batch: HP-RLVR logs 2 records,
-    GRPO (G=4) 8; exactly the tied group's 4 records have a zero gradient (a group
+    """One step of 2 prompts, one optimizer step with one rollout slot per record: HP-RLVR
+    logs 2 records, GRPO (G=4) 8; exactly the tied group's 4 records have a zero gradient (a group
     normalised against the batch, not itself, would give none)."""
     from pool_envs import TiedOrNot  # tests/ is on sys.path
 
     hp_agent.register("tied-or-not", TiedOrNot, overwrite=True)
-    learner = {"lr": 1e-4, "mini_batch_size": 1}
+    learner = {"lr": 1e-4, "record_batch_size": 1}
     runs = {}
     for algo in ("hp-rlvr", "grpo"):
         config = {**_config(tmp_path, algo, steps=1), "learner": learner}
@@ -152,3 +153,31 @@ def test_a_run_that_fails_mid_step_leaves_no_worker_process(tmp_path):
         CREDIT_RULES.pop("fails-mid-step")
     assert set(multiprocessing.active_children()) - before == set()
     assert (tmp_path / "hp-rlvr" / "config.yaml").is_file()  # the folder was made, then the step failed
+
+
+@pytest.mark.parametrize("env", ["pool_envs:SometimesBroken", "pool_envs:SometimesBrokenSingleStep"])
+@pytest.mark.parametrize("algo", ["hp-rlvr", "grpo"])
+def test_errored_episodes_never_end_a_run(tmp_path, env, algo):
+    """An env whose reset raises and one whose step raises, in a multi-turn and a
+    single-step env: the run goes on; those episodes are counted and logged with their
+    error, and left out of the reward mean, the baseline and the learner."""
+    hp_agent.register("sometimes-broken", env, overwrite=True)
+    config = _config(tmp_path, algo, steps=1)
+    config["env"] = {"name": "sometimes-broken"}
+    config["algo"] = {"name": algo, **({"group_size": 2} if algo == "grpo" else {})}
+    config["trainer"]["prompts_per_step"] = 4
+    summary = hp_agent.train(config, progress=False)
+    group = 2 if algo == "grpo" else 1
+    (metrics,) = read_jsonl_records(summary.run_dir / "metrics.jsonl")
+    trajectories = read_jsonl_records(summary.run_dir / "trajectories.jsonl")
+    errored = [t for t in trajectories if t["errored"]]
+    assert len(trajectories) == 4 * group and metrics["rollout/errored"] == len(errored) == 2 * group
+    assert {t["task_id"] for t in errored} == {"raise", "raise-at-reset"}
+    assert all("boom in" in t["info"]["error"] for t in errored)
+    finished = [t["reward"] for t in trajectories if not t["errored"]]
+    assert metrics["rollout/reward_mean"] == pytest.approx(sum(finished) / len(finished))
+    from hp_agent.runs import load_checkpoint_state
+
+    estimates = load_checkpoint_state(summary.checkpoint)["baseline"]["estimates"]
+    assert estimates and not any("raise" in str(key) for key in estimates)
+    assert summary.grad_records == metrics["train/grad_records"] >= 1

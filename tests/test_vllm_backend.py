@@ -262,7 +262,8 @@ def test_sync_after_a_learner_step(policy, prompts):
     try:
         before = policy.generate(prompts, sampling)
         learner = Learner(policy, lr=1e-2, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0,
-                          max_grad_norm=1.0, micro_batch_tokens=4096)
+                          max_grad_norm=1.0, micro_batch_tokens=4096, mini_batch_prompts=8, group_size=1,
+                          record_batch_size=8)
         samples = [
             TrainingSample(p + g.token_ids, len(p), torch.tensor(g.logprobs), torch.ones(len(g.token_ids)))
             for p, g in zip(prompts, before)

