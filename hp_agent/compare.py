@@ -41,6 +41,7 @@ EVAL_PLANS: dict[str, list[tuple[str | None, int]]] = {
     "code": [("test", 8)],
     "keys": [("test", 1)],
     "keystep": [("test", 1)],
+    "fetch": [("test", 1)],
 }
 SETTINGS_FILE = "compare.yaml"
 

@@ -91,5 +91,6 @@ register("alfworld", "hp_agent.envs.alfworld.env:AlfworldEnv")
 register("code", "hp_agent.envs.code:CodeEnv")
 register("keys", "hp_agent.envs.toy:KeysEnv")
 register("keystep", "hp_agent.envs.toy:KeyStepEnv")
+register("fetch", "hp_agent.envs.fetch:FetchEnv")
 
 __all__ = ["TextEnv", "env_factory", "list_envs", "make", "register", "text_space"]

@@ -37,7 +37,7 @@ ceiling, the starting point of the learning tests (tests/test_learning.py).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations, permutations
@@ -74,14 +74,14 @@ def box_rows(split: str, num_boxes: int, seed: int = 0) -> list[tuple[str, ...]]
     return [row for colours in colour_sets(split, num_boxes, seed) for row in permutations(colours)]
 
 
-def parse_action(text: str) -> str | None:
-    """The action ``text`` names (one of :data:`ACTIONS`), or None.
+def parse_action(text: str, actions: Collection[str] = ACTIONS) -> str | None:
+    """The action of ``actions`` that ``text`` names, or None.
 
     Exact up to case and whitespace: the format is part of what the policy must learn,
     and a reply with anything else in it is invalid rather than guessed at.
     """
     words = " ".join(text.strip().lower().split())
-    return words if words in ACTIONS else None
+    return words if words in actions else None
 
 
 def state_text(colour: str, position: int, num_boxes: int, is_open: bool, has_key: bool) -> str:
@@ -103,14 +103,15 @@ def expert_action(is_open: bool, has_key: bool) -> str:
     return USE_KEY if has_key else (NEXT if is_open else OPEN)
 
 
-def demo_action(rng: random.Random, best: str, mistakes: float) -> str:
-    """``best``, or with probability ``mistakes`` one of the two other actions."""
+def demo_action(rng: random.Random, best: str, mistakes: float, actions: Sequence[str] = ACTIONS) -> str:
+    """``best``, or with probability ``mistakes`` one of the other ``actions``."""
     if rng.random() < mistakes:
-        return rng.choice([action for action in ACTIONS if action != best])
+        return rng.choice([action for action in actions if action != best])
     return best
 
 
-def _check_options(split: str, invalid_cost: float, demo_mistakes: float, demo_episodes: int) -> None:
+def check_options(split: str, invalid_cost: float, demo_mistakes: float, demo_episodes: int) -> None:
+    """Refuse a split, cost, mistake rate or demonstration count the toy envs cannot take."""
     if split not in SPLITS:
         raise UserValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if invalid_cost < 0:
@@ -153,7 +154,7 @@ class KeysEnv(TextEnv):
     def __init__(self, split: str = "train", num_boxes: int = 3, invalid_cost: float = 0.1,
                  demo_mistakes: float = 0.0, demo_episodes: int = 1, demo_seed: int = 0, seed: int = 0):
         super().__init__(max_observation_chars=512, max_action_chars=4096)
-        _check_options(split, invalid_cost, demo_mistakes, demo_episodes)
+        check_options(split, invalid_cost, demo_mistakes, demo_episodes)
         self.split, self.num_boxes, self.seed, self.demo_seed = split, num_boxes, seed, demo_seed
         self.invalid_cost, self.demo_mistakes, self.demo_episodes = float(invalid_cost), demo_mistakes, demo_episodes
         self.max_turns = 2 * num_boxes  # the worst case: open and walk on at every box, use the key at the last
@@ -303,7 +304,7 @@ class KeyStepEnv(SingleStepTaskEnv):
     def __init__(self, split: str = "train", num_boxes: int = 3, invalid_cost: float = 0.1,
                  demo_mistakes: float = 0.0, demo_episodes: int = 1, demo_seed: int = 0, seed: int = 0):
         super().__init__(max_observation_chars=512, max_action_chars=4096)
-        _check_options(split, invalid_cost, demo_mistakes, demo_episodes)
+        check_options(split, invalid_cost, demo_mistakes, demo_episodes)
         self.num_boxes, self.seed, self.demo_seed = num_boxes, seed, demo_seed
         self.invalid_cost, self.demo_mistakes, self.demo_episodes = float(invalid_cost), demo_mistakes, demo_episodes
         self._set_tasks(split, step_tasks(split, num_boxes, seed))
