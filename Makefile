@@ -61,7 +61,8 @@ demo-alfworld: install
 	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(DEMO_EVAL) --output $(DEMO_RUN)/eval.json
 
 # Both cores: pytest-xdist runs tests in two worker processes sharing one cache. The
-# checks over every official ALFWorld game (~9 CPU-minutes) are `make test-exhaustive`.
+# checks over every official ALFWorld game (~9 CPU-minutes), the learning tests' second seed
+# and a few other multi-minute checks are `make test-exhaustive`.
 test: install
 	$(BIN)/pytest -q -n 2 -m "not exhaustive"
 

@@ -82,7 +82,7 @@ def scramble(game, steps: int = 8) -> None:
         result = game.step(rng.choice([c for c in result.admissible_commands if c != "help"]))
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # ~2 CPU-minutes
 def test_cached_episodes_equal_fresh_loads_on_all_task_types(games, tmp_path, monkeypatch):
     from hp_agent.envs.alfworld import speedups
     from hp_agent.envs.alfworld.engine import AlfworldGame

@@ -199,7 +199,7 @@ def test_in_process_pool_and_start_errors():
         error, ok = pool.step_many([(0, "a"), (1, "b")])
         assert isinstance(error, EnvError) and error.type == "RuntimeError" and ok[2] is True
         assert pool.worker_pids() == []
-    with pytest.raises(RuntimeError, match="could not build 'math' envs: ValueError: unknown split 'nope'"):
+    with pytest.raises(RuntimeError, match="could not build 'math' envs: UserValueError: unknown split 'nope'"):
         make_env_pool("math", 2, num_workers=1, env_kwargs={"split": "nope"})
 
 

@@ -221,7 +221,7 @@ def test_evaluation_repeats_exactly(warm_start) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.exhaustive)])  # seed 1: make test-exhaustive
 @pytest.mark.parametrize("algo", ["hp-rlvr", "grpo"])
 @pytest.mark.parametrize("env", ENVS)
 def test_rl_raises_held_out_success(warm_start, tmp_path: Path, env: str, algo: str, seed: int) -> None:
