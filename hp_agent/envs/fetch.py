@@ -52,7 +52,7 @@ from itertools import product
 from typing import Any, ClassVar
 
 from hp_agent.envs.base import TextEnv, find_task
-from hp_agent.envs.toy import SPLITS, TEST_FRACTION, check_options, demo_action, parse_action
+from hp_agent.envs.toy import SPLITS, TEST_FRACTION, check_options, demo_action, parse_action, play_demonstrations
 from hp_agent.errors import UserValueError
 from hp_agent.verifiers import Verdict
 
@@ -253,12 +253,5 @@ class FetchEnv(TextEnv):
         whole prompt, so every turn is a demonstration). Plays on this env: it ends any
         episode in progress."""
         rng = random.Random(self.demo_seed)
-        for _ in range(self.demo_episodes):
-            for task_id in self._tasks:
-                observation, info = self.reset(options={"task_id": task_id})
-                done = False
-                while not done:
-                    action = demo_action(rng, info["expert_action"], self.demo_mistakes, info["admissible_actions"])
-                    yield observation, action
-                    observation, _, terminated, truncated, info = self.step(action)
-                    done = terminated or truncated
+        yield from play_demonstrations(self, self._tasks, self.demo_episodes, lambda info: demo_action(
+            rng, info["expert_action"], self.demo_mistakes, info["admissible_actions"]))

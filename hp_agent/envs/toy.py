@@ -37,7 +37,7 @@ ceiling, the starting point of the learning tests (tests/test_learning.py).
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations, permutations
@@ -101,6 +101,22 @@ def allowed_actions(position: int, num_boxes: int, is_open: bool, has_key: bool)
 def expert_action(is_open: bool, has_key: bool) -> str:
     """The best action of a state: use the key once held, open a closed box, else walk on."""
     return USE_KEY if has_key else (NEXT if is_open else OPEN)
+
+
+def play_demonstrations(env: TextEnv, task_ids: Iterable[str], episodes: int,
+                        choose: Callable[[dict[str, Any]], str]) -> Iterator[tuple[str, str]]:
+    """(observation, action) for every turn of ``episodes`` episodes of each task, played on
+    ``env`` with ``choose(info)`` picking each action (from the last reset or step info)."""
+    task_ids = list(task_ids)
+    for _ in range(episodes):
+        for task_id in task_ids:
+            observation, info = env.reset(options={"task_id": task_id})
+            done = False
+            while not done:
+                action = choose(info)
+                yield observation, action
+                observation, _, terminated, truncated, info = env.step(action)
+                done = terminated or truncated
 
 
 def demo_action(rng: random.Random, best: str, mistakes: float, actions: Sequence[str] = ACTIONS) -> str:
@@ -236,16 +252,8 @@ class KeysEnv(TextEnv):
         whole prompt, so every turn is a demonstration). Plays on this env: it ends any
         episode in progress."""
         rng = random.Random(self.demo_seed)
-        for _ in range(self.demo_episodes):
-            for task_id in self._tasks:
-                observation, _ = self.reset(options={"task_id": task_id})
-                done = False
-                while not done:
-                    best = expert_action(self.position in self.opened, self.has_key)
-                    action = demo_action(rng, best, self.demo_mistakes)
-                    yield observation, action
-                    observation, _, terminated, truncated, _ = self.step(action)
-                    done = terminated or truncated
+        yield from play_demonstrations(self, self._tasks, self.demo_episodes, lambda info: demo_action(
+            rng, expert_action(self.position in self.opened, self.has_key), self.demo_mistakes))
 
     @classmethod
     def corpus_texts(cls) -> Iterator[str]:
