@@ -3,10 +3,12 @@ and whether it runs from a source checkout."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,9 +39,37 @@ def atomic_model_folder(out_dir: Path) -> Iterator[Path]:
             tmp_dir.rename(out_dir)
         except OSError as error:
             if not (out_dir / "config.json").is_file():
-                raise FileExistsError(f"{out_dir} exists and holds no model; remove it or pick another folder") from error
+                held = sorted(path.name for path in out_dir.iterdir()) if out_dir.is_dir() else "not a folder"
+                raise FileExistsError(f"{out_dir} exists and holds no model (it holds: {held}); "
+                                      "remove it or pick another folder") from error
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def cached_model_folder(path: Path, build: Callable[[Path], None]) -> Path:
+    """``path``, a model folder in hp_agent's cache, built by ``build(folder)`` on first use.
+
+    Concurrent first uses (torchrun ranks, pytest workers) build once: the first takes a lock
+    beside ``path`` and builds, the others wait on it and then find the finished folder. The
+    cache is hp_agent's own, so a folder there without a ``config.json`` (left by something
+    other than a build, which renames a complete folder into place) is set aside and rebuilt.
+    """
+    if (path / "config.json").is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with (path.parent / f".{path.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (path / "config.json").is_file():
+            return path
+        if path.exists():
+            held = sorted(p.name for p in path.iterdir()) if path.is_dir() else "not a folder"
+            print(f"{path} holds no model (it holds: {held}); rebuilding it", file=sys.stderr, flush=True)
+            damaged = Path(tempfile.mkdtemp(prefix=f".{path.name}.damaged-", dir=path.parent))
+            path.rename(damaged / path.name)
+            shutil.rmtree(damaged, ignore_errors=True)
+        with atomic_model_folder(path) as tmp_dir:
+            build(tmp_dir)
+    return path
 
 
 def source_checkout() -> Path | None:

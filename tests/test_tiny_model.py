@@ -57,7 +57,8 @@ def test_cached_under_versioned_folder(cache_dir: Path, model_dir: Path) -> None
     stamp = (model_dir / "config.json").stat().st_mtime_ns
     assert tiny.tiny_model_path() == model_dir
     assert (model_dir / "config.json").stat().st_mtime_ns == stamp  # reused, not rebuilt
-    assert [p.name for p in cache_dir.iterdir()] == [tiny.TINY_VERSION]  # no temp folder left
+    # no temp folder left; the lock that serializes concurrent first builds stays
+    assert sorted(p.name for p in cache_dir.iterdir()) == [f".{tiny.TINY_VERSION}.lock", tiny.TINY_VERSION]
 
 
 def test_cache_root_defaults_to_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,6 +188,17 @@ def test_build_refuses_a_folder_of_other_files(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="holds no model"):
         tiny.build_tiny_model(tmp_path / "model")
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["model", "notes.txt"]
+
+
+def test_a_cache_folder_without_a_model_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    # The cache is hp_agent's own: what is no model there is set aside, not an error that stops every later run.
+    monkeypatch.setenv("HP_AGENT_CACHE", str(tmp_path))
+    (tmp_path / tiny.TINY_VERSION).mkdir()
+    (tmp_path / tiny.TINY_VERSION / "model.safetensors").write_text("half")
+    assert (tiny.tiny_model_path() / "config.json").is_file()
+    assert "holds no model (it holds: ['model.safetensors']); rebuilding it" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{tiny.TINY_VERSION}.lock", tiny.TINY_VERSION]
+    AutoModelForCausalLM.from_pretrained(tmp_path / tiny.TINY_VERSION)
 
 
 def test_build_fills_an_empty_folder(tmp_path: Path) -> None:

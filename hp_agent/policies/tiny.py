@@ -18,7 +18,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from hp_agent.paths import atomic_model_folder, cache_root
+from hp_agent.paths import atomic_model_folder, cache_root, cached_model_folder
 
 # Bump whenever the recipe changes (the corpus, including hp_agent.envs.corpus' texts, the
 # tokenizer, config or init): cached folders are keyed by it, so a new version rebuilds
@@ -158,16 +158,17 @@ def build_tiny_model(out_dir: Path, seed: int = 0, texts: str | None = TINY_VARI
     """
     out_dir = Path(out_dir)
     with atomic_model_folder(out_dir) as tmp_dir:
-        tokenizer = train_tokenizer(corpus(texts))
-        build_model(tokenizer, seed).save_pretrained(tmp_dir)
-        tokenizer.save_pretrained(tmp_dir)
+        _write_tiny_model(tmp_dir, seed, texts)
     return out_dir
+
+
+def _write_tiny_model(folder: Path, seed: int, texts: str | None) -> None:
+    tokenizer = train_tokenizer(corpus(texts))
+    build_model(tokenizer, seed).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 def tiny_model_path(variant: str = "tiny") -> Path:
     """The cached folder of a :data:`TINY_VARIANTS` model, built on first use (a few seconds)."""
     folder, texts = TINY_VARIANTS[variant]
-    path = cache_root() / folder
-    if (path / "config.json").is_file():
-        return path
-    return build_tiny_model(path, texts=texts)
+    return cached_model_folder(cache_root() / folder, lambda tmp_dir: _write_tiny_model(tmp_dir, 0, texts))
