@@ -105,7 +105,7 @@ def test_chunked_jsd_from_logits_matches_the_formula_and_its_bounds(chunk_elemen
     assert chunked_jsd_from_logits(p[:0], q[:0], chunk_elements).shape == (0,)
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # ~50 CPU-s of torch.compile for an option that is off by default
 def test_compiled_kernel_matches_eager():
     torch.manual_seed(2)
     p, q = torch.randn(7, 500) * 2, torch.randn(7, 500) * 2

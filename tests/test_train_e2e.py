@@ -115,20 +115,25 @@ def test_resume_after_kill_loses_at_most_the_step_in_flight(tmp_path):
 
 
 def test_cli_errors_are_clear(tmp_path):
-    def run(*args):
-        return subprocess.run([sys.executable, "-m", "hp_agent.cli", *args], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    from typer.testing import CliRunner
 
-    out = run("train", "algo.clip_eps=0.2", f"trainer.run_dir={tmp_path}")
-    assert out.returncode == 2 and "unknown config key 'algo.clip_eps'" in out.stdout and "algo.clip_eps_low" in out.stdout
-    out = run("train", "--env", "nope", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
-    assert out.returncode == 2 and "unknown env 'nope'" in out.stdout
+    from hp_agent.cli import app
+
+    def run(*args):  # in process: each subprocess would spend seconds importing torch
+        result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+        return result.exit_code, " ".join(result.output.split())
+
+    code, out = run("train", "algo.clip_eps=0.2", f"trainer.run_dir={tmp_path}")
+    assert code == 2 and "unknown config key 'algo.clip_eps'" in out and "algo.clip_eps_low" in out
+    code, out = run("train", "--env", "nope", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
+    assert code == 2 and "unknown env 'nope'" in out
     assert not any(tmp_path.iterdir())  # a run that cannot start leaves no run folder behind
-    out = run("train", "--env", "math", "--model", "Qwen/Qwen3-8B-not-cached", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
-    assert out.returncode == 2 and "--model" in out.stdout
-    out = run("envs")
-    assert out.returncode == 0 and "math" in out.stdout.split()
-    out = run("sft", "--env", "keystep", "--out", str(tmp_path / "warm"), "--env-kwargs", "{bogus: 1}")
-    assert out.returncode == 2 and "env 'keystep' has no argument 'bogus'; valid:" in out.stdout
+    code, out = run("train", "--env", "math", "--model", "Qwen/Qwen3-8B-not-cached", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
+    assert code == 2 and "--model" in out
+    code, out = run("envs")
+    assert code == 0 and "math" in out.split()
+    code, out = run("sft", "--env", "keystep", "--out", str(tmp_path / "warm"), "--env-kwargs", "{bogus: 1}")
+    assert code == 2 and "env 'keystep' has no argument 'bogus'; valid:" in out
     assert not (tmp_path / "warm").exists()
 
 
