@@ -169,6 +169,13 @@ class RolloutConfig(_Section):
         "action instead of the cut text, so the env charges its own invalid-action cost (info shaping, ALFWorld's -0.1) "
         "and the turn is marked invalid. Training only: evaluation plays every turn as sampled.",
     )
+    constrain_to_admissible: bool = Field(
+        False,
+        description="Each response is one of the env's admissible actions (info admissible_actions, in its action_template, "
+        "e.g. ALFWorld's <action>...</action>; no think block), sampled token by token from the model's distribution "
+        "renormalized over the tokens that continue one; scoring (both views of the JSD) and the learner use the same "
+        "renormalized distributions. For envs that list admissible actions (alfworld, keys, keystep, fetch); hf backend.",
+    )
 
 
 class LearnerConfig(_Section):
@@ -277,6 +284,9 @@ class TrainConfig(_Section):
                 f"rollout.top_p={self.rollout.top_p} cannot train: hindsight scoring and the learner's ratio use the full "
                 "distribution's log-probs, not those of the nucleus that was sampled; set rollout.top_p=1.0"
             )
+        if self.rollout.constrain_to_admissible and self.model.backend != "hf":
+            raise ValueError("rollout.constrain_to_admissible=true runs on model.backend=hf only for now (the vllm backend "
+                             "has no restricted sampler yet); set model.backend=hf")
         return self
 
 

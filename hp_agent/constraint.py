@@ -19,9 +19,12 @@ These are pure functions; the backends and the scorer call them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
+
+# Per token of a sequence, the token ids decoding could choose from there (None: any).
+Allowed = Sequence[Sequence[int] | None]
 
 
 class ActionTrie:
@@ -49,6 +52,11 @@ class ActionTrie:
             node = node[int(token)]
         return node
 
+    @classmethod
+    def of_responses(cls, responses: Sequence[str], encode: Callable[[str], list[int]], end_of_turn: int) -> ActionTrie:
+        """The trie of ``responses`` (texts), each encoded and ended with ``end_of_turn``."""
+        return cls([encode(response) + [end_of_turn] for response in responses])
+
     def allowed_after(self, prefix: Sequence[int]) -> list[int]:
         """The tokens that may follow ``prefix`` (sorted; empty once a response is complete)."""
         return sorted(self._node(prefix))
@@ -64,7 +72,7 @@ class ActionTrie:
         return allowed
 
 
-def allowed_mask(allowed: Sequence[Sequence[int] | None], vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+def allowed_mask(allowed: Allowed, vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """[T, V] bool: True where row t's token is allowed; a row given as None allows every token."""
     mask = torch.zeros(len(allowed), vocab_size, dtype=torch.bool, device=device)
     for row, tokens in enumerate(allowed):
@@ -85,3 +93,42 @@ def restrict_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if not mask.any(dim=-1).all():
         raise ValueError("every row needs at least one allowed token")
     return logits.masked_fill(~mask, float("-inf"))
+
+
+def restrict_chunk(logits: torch.Tensor, allowed: Allowed | None, start: int) -> torch.Tensor:
+    """``logits`` [n, V] of tokens ``start .. start + n`` of a sequence whose per-token
+    allowed sets are ``allowed``, restricted to them (unchanged where ``allowed`` is None
+    or every row of the chunk allows any token)."""
+    if allowed is None:
+        return logits
+    rows = allowed[start : start + logits.shape[0]]
+    if all(tokens is None for tokens in rows):
+        return logits
+    return restrict_logits(logits, allowed_mask(rows, logits.shape[-1], logits.device))
+
+
+class TrieWalk:
+    """Where each row of a batch being sampled stands in its trie (None: an unconstrained row).
+
+    ``allowed[row]`` collects A_j for every token the row samples (None for a free row), the
+    record that scoring and the learner restrict the same distributions with.
+    """
+
+    def __init__(self, tries: Sequence[ActionTrie | None]):
+        self.nodes: list[dict[int, dict] | None] = [None if trie is None else trie.root for trie in tries]
+        self.allowed: list[list[list[int] | None] | None] = [None if trie is None else [] for trie in tries]
+
+    def mask(self, vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """[B, V] bool of the tokens each row may sample next (a finished or free row: all)."""
+        rows = [None if node is None or not node else sorted(node) for node in self.nodes]
+        for record, tokens in zip(self.allowed, rows):
+            if record is not None:
+                record.append(tokens)
+        return allowed_mask(rows, vocab_size, device)
+
+    def advance(self, chosen: Sequence[int], finished: Sequence[bool]) -> None:
+        """Move every row past its sampled token; a row that ended its turn is free from then on
+        (its later tokens are trimmed away)."""
+        for row, (token, done) in enumerate(zip(chosen, finished)):
+            node = self.nodes[row]
+            self.nodes[row] = None if node is None or done else node[token]

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hp_agent.constraint import Allowed, restrict_chunk
+
 LN2 = math.log(2.0)
 
 
@@ -94,10 +96,16 @@ def chunked_logprobs(
     token_ids: torch.Tensor,
     project: Callable[[torch.Tensor], torch.Tensor],
     chunk_size: int = 512,
+    allowed: Allowed | None = None,
 ) -> torch.Tensor:
-    """log pi(token_ids) [T] from hidden states [T, H], ``chunk_size`` tokens of logits at a time."""
+    """log pi(token_ids) [T] from hidden states [T, H], ``chunk_size`` tokens of logits at a time.
+
+    ``allowed``: per token, the ids decoding was restricted to (None: any), so that pi is
+    the model's distribution renormalized over them (:mod:`hp_agent.constraint`).
+    """
     parts = [
-        chosen_logprobs(project(hidden[start : start + chunk_size]), token_ids[start : start + chunk_size])
+        chosen_logprobs(restrict_chunk(project(hidden[start : start + chunk_size]), allowed, start),
+                        token_ids[start : start + chunk_size])
         for start in range(0, hidden.shape[0], chunk_size)
     ]
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
@@ -111,6 +119,7 @@ def jsd_weights_from_hidden(
     chunk_size: int = 512,
     chunk_elements: int = 1 << 23,
     compiled: bool = False,
+    allowed: Allowed | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """JSD weights and causal log-probs of T tokens, from final hidden states.
 
@@ -123,13 +132,16 @@ def jsd_weights_from_hidden(
     tensors plus the row chunk's temporaries: about 0.8 GB at chunk_size 512 and
     V = 151,936 in float32, never a [T, V] tensor.
 
+    ``allowed``: per token, the ids decoding was restricted to (None: any); both views are
+    then renormalized over the same set, so the JSD compares what could have been sampled.
+
     Returns ``(weights [T] in [0, 1], causal_logprobs [T])``.
     """
     weights, logprobs = [], []
     for start in range(0, causal_hidden.shape[0], chunk_size):
         stop = start + chunk_size
-        p_logits = project(causal_hidden[start:stop])
-        q_logits = project(hindsight_hidden[start:stop])
+        p_logits = restrict_chunk(project(causal_hidden[start:stop]), allowed, start)
+        q_logits = restrict_chunk(project(hindsight_hidden[start:stop]), allowed, start)
         weights.append(chunked_jsd_from_logits(p_logits, q_logits, chunk_elements, compiled))
         rows = max(1, chunk_elements // p_logits.shape[-1])
         logprobs.append(_rows_at_a_time(chosen_logprobs, (p_logits, token_ids[start:stop]), rows))

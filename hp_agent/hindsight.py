@@ -30,7 +30,7 @@ from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
 from hp_agent.packing import packed_span_hidden_states
 from hp_agent.policies import Policy
-from hp_agent.trajectory import Segment, Trajectory, segments
+from hp_agent.trajectory import Segment, Trajectory, Turn, segments
 
 if TYPE_CHECKING:
     from hp_agent.config import TrainConfig
@@ -219,7 +219,8 @@ def score_trajectories(
 
     if not with_hindsight:
         ids = torch.tensor([token for turn in turns for token in turn.action_ids], device=device)
-        logprobs = chunked_logprobs(torch.cat(hidden), ids, project, options.jsd_chunk_tokens).cpu()
+        allowed = _allowed_sets([(turn, 0, len(turn.action_ids)) for turn in turns])
+        logprobs = chunked_logprobs(torch.cat(hidden), ids, project, options.jsd_chunk_tokens, allowed).cpu()
         for (i, t), part in zip(turn_keys, logprobs.split([len(turn.action_ids) for turn in turns])):
             scores[i].causal_logprobs[t] = part
         return scores
@@ -229,11 +230,20 @@ def score_trajectories(
         [tok for i, seg, _ in hindsight for tok in trajectories[i].turns[seg.turn].action_ids[seg.start : seg.end]],
         device=device,
     )
+    allowed = _allowed_sets([(trajectories[i].turns[seg.turn], seg.start, seg.end) for i, seg, _ in hindsight])
     weights, logprobs = jsd_weights_from_hidden(
-        causal, torch.cat(hidden[len(turn_keys) :]), ids, project, options.jsd_chunk_tokens, compiled=options.compile_jsd
+        causal, torch.cat(hidden[len(turn_keys) :]), ids, project, options.jsd_chunk_tokens, compiled=options.compile_jsd,
+        allowed=allowed,
     )
     sizes = [segment.end - segment.start for _, segment, _ in hindsight]
     for (i, segment, _), w, lp in zip(hindsight, weights.cpu().split(sizes), logprobs.cpu().split(sizes), strict=True):
         scores[i].weights[segment.turn][segment.start : segment.end] = w
         scores[i].causal_logprobs[segment.turn][segment.start : segment.end] = lp
     return scores
+
+
+def _allowed_sets(pieces: list[tuple[Turn, int, int]]) -> list[list[int] | None] | None:
+    """The restricted-decoding sets of tokens ``start:end`` of each turn, in order (None: all free)."""
+    if all(turn.allowed is None for turn, _, _ in pieces):
+        return None
+    return [tokens for turn, start, end in pieces for tokens in (turn.allowed or [None] * len(turn.action_ids))[start:end]]

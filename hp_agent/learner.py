@@ -98,12 +98,14 @@ class TrainingSample:
     [len(action_ids)], aligned with the action (the eligible) tokens. ``old_logprobs``
     None: the learner's own log-probs stand for them, detached (the ratio is exactly 1),
     which is right only in an optimizer step taken on the weights that sampled.
+    ``allowed``: the turn's restricted-decoding sets per action token (``Turn.allowed``).
     """
 
     input_ids: list[int]
     action_start: int
     old_logprobs: torch.Tensor | None
     credit: torch.Tensor
+    allowed: list[list[int] | None] | None = None
 
     @property
     def num_action_tokens(self) -> int:
@@ -265,7 +267,10 @@ class Learner:
     def _loss(self, micro: list[TrainingSample], num_eligible: int) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped loss of one micro-batch, normalised by the mini-batch's ``num_eligible``."""
         input_ids, attention_mask = pad_right([s.input_ids for s in micro], self.pad_id)
-        logprobs = torch.cat(self.model.forward(input_ids, attention_mask, [(s.action_start, len(s.input_ids)) for s in micro]))
+        allowed = None if all(s.allowed is None for s in micro) else [
+            tokens for s in micro for tokens in (s.allowed or [None] * s.num_action_tokens)]
+        spans = [(s.action_start, len(s.input_ids)) for s in micro]
+        logprobs = torch.cat(self.model.forward(input_ids, attention_mask, spans, allowed))
         own = logprobs.detach().split([s.num_action_tokens for s in micro])
         old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device) for s, mine in zip(micro, own)])
         credit = torch.cat([s.credit for s in micro]).to(logprobs.device)

@@ -39,6 +39,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from hp_agent.constraint import Allowed
 from hp_agent.credit import chunked_logprobs
 from hp_agent.distributed import SINGLE, Ranks
 from hp_agent.errors import UserFileNotFoundError
@@ -51,13 +52,15 @@ LEARNER_FOLDER = "learner"  # a checkpoint's training copy and optimizer state (
 class ActionLogprobs(nn.Module):
     """log pi(token) of each sequence's span, under ``model`` at ``temperature``: the
     decoder's final states at the positions that predict the span, then the LM head,
-    512 tokens of logits at a time (across rows)."""
+    512 tokens of logits at a time (across rows). ``allowed``: per span token, in order, the
+    ids decoding was restricted to (None: any), renormalized over as the sampler did."""
 
     def __init__(self, model: nn.Module, temperature: float):
         super().__init__()
         self.model, self.temperature = model, temperature
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]],
+                allowed: Allowed | None = None) -> list[torch.Tensor]:
         hidden = self.model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         head = self.model.get_output_embeddings()
 
@@ -67,7 +70,7 @@ class ActionLogprobs(nn.Module):
         # All rows' spans through the head together: one large matmul per chunk, not one small one per row.
         states = torch.cat([hidden[row, start - 1 : end - 1] for row, (start, end) in enumerate(spans)])
         targets = torch.cat([input_ids[row, start:end] for row, (start, end) in enumerate(spans)])
-        return list(chunked_logprobs(states, targets, project).split([end - start for start, end in spans]))
+        return list(chunked_logprobs(states, targets, project, allowed=allowed).split([end - start for start, end in spans]))
 
 
 class TrainModel:
@@ -107,11 +110,12 @@ class TrainModel:
         self.parameters = [p for p in trained.parameters() if p.requires_grad]  # LoRA: the adapter's only
         self.loss_scale = float(ranks.world_size)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]],
+                allowed: Allowed | None = None) -> list[torch.Tensor]:
         self.trained.train()
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else nullcontext()
         with autocast:
-            return self.module(input_ids.to(self.device), attention_mask.to(self.device), spans)
+            return self.module(input_ids.to(self.device), attention_mask.to(self.device), spans, allowed)
 
     @contextmanager
     def gradient_sync(self, enabled: bool) -> Iterator[None]:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from hp_agent.constraint import ActionTrie
 from hp_agent.envs.base import TextEnv
+from hp_agent.errors import UserValueError
 from hp_agent.envs.vector import EnvError, EnvPool, LocalPool
 from hp_agent.policies import Policy, SamplingParams
 from hp_agent.trajectory import Trajectory, Turn
@@ -94,6 +96,7 @@ def collect(
     times: PhaseTimes | None = None,
     chat_history: bool = False,
     truncated_invalid: bool = False,
+    constrain: bool = False,
 ) -> list[Trajectory]:
     """Play ``episodes`` on ``envs`` (one env slot per live episode, in waves) and return them in order.
 
@@ -106,6 +109,10 @@ def collect(
     the env is sent an empty action instead of the cut text, so it answers with its own
     invalid-action cost (``info["shaping"]``, e.g. ALFWorld's -0.1), and the turn is marked
     ``invalid`` whatever the env says.
+
+    ``constrain`` (``rollout.constrain_to_admissible``): every response is one of the env's
+    ``info["admissible_actions"]`` in its ``action_template``, then the end-of-turn token
+    (:mod:`hp_agent.constraint`); each turn records the allowed sets it was sampled among.
 
     ``envs`` is an :class:`EnvPool` (envs stepped in worker processes) or a list of envs,
     played in this process. Episode ``k`` of a wave plays with seed ``seed + wave start + k``
@@ -120,8 +127,22 @@ def collect(
     for wave_start in range(0, len(episodes), pool.num_envs):
         wave = episodes[wave_start : wave_start + pool.num_envs]
         results.extend(_play_wave(policy, pool, env_name, wave, sampling, max_turns, seed + wave_start, times, chat_history,
-                                  truncated_invalid))
+                                  truncated_invalid, constrain))
     return results
+
+
+def _action_trie(policy: Policy, pool: EnvPool, env_name: str, info: dict) -> ActionTrie | None:
+    """The trie of the responses a turn may end as: the admissible actions in the env's template.
+    None where the env admits nothing (a dead end): that turn is sampled free, as it would be unrestricted."""
+    actions = info.get("admissible_actions")
+    if actions is None:
+        raise UserValueError(f"rollout.constrain_to_admissible needs an env that lists info['admissible_actions']; "
+                             f"{env_name} lists none (valid for alfworld, keys, keystep, fetch)")
+    if not actions:
+        return None
+    responses = [pool.action_template.format(action=action) for action in actions]
+    return ActionTrie.of_responses(responses, lambda text: policy.tokenizer.encode(text, add_special_tokens=False),
+                                   policy.eos_token_id)
 
 
 def _play_wave(
@@ -135,6 +156,7 @@ def _play_wave(
     times: PhaseTimes,
     chat_history: bool,
     truncated_invalid: bool,
+    constrain: bool,
 ) -> list[Trajectory]:
     multi_turn = pool.max_turns > 1
     trajectories = [Trajectory(env=env_name, task_id=e.task_id, task_type="", group=e.group, multi_turn=multi_turn) for e in wave]
@@ -144,12 +166,15 @@ def _play_wave(
     times.add("time/env_step", time.perf_counter() - started)
     observations: dict[int, str] = {}  # episode index -> observation, for live episodes
     advice: dict[int, str | None] = {}  # episode index -> the env's expert action there, if any
+    tries: dict[int, ActionTrie | None] = {}  # episode index -> what its next response may be (constrain only)
     for k, (trajectory, result) in enumerate(zip(trajectories, resets)):
         if isinstance(result, EnvError):  # one broken episode must not stop the batch
             _mark_errored(trajectory, result)
             continue
         observations[k], info = result
         advice[k] = info.get("expert_action")
+        if constrain:
+            tries[k] = _action_trie(policy, pool, env_name, info)
         trajectory.task_id = info.get("task_id", trajectory.task_id)
         trajectory.task_type = info.get("task_type", "")
     turn_limit = max_turns or pool.max_turns
@@ -163,11 +188,11 @@ def _play_wave(
         ]
         started = time.perf_counter()
         prompts = [policy.render(m) for m in messages]
-        generations = policy.generate(prompts, sampling)
+        generations = policy.generate(prompts, sampling, [tries[k] for k in live] if constrain else None)
         times.add("time/generation", time.perf_counter() - started)
         turns = [
             Turn(m, prompt_ids, g.token_ids, g.logprobs, policy.decode(g.token_ids), expert_action=advice[k],
-                 truncated=not g.finished)
+                 truncated=not g.finished, allowed=g.allowed)
             for k, m, prompt_ids, g in zip(live, messages, prompts, generations)
         ]
         actions = ["" if truncated_invalid and turn.truncated else turn.action_text for turn in turns]
@@ -185,6 +210,8 @@ def _play_wave(
             else:
                 observations[k] = result[0]
                 advice[k] = result[4].get("expert_action")
+                if constrain:
+                    tries[k] = _action_trie(policy, pool, env_name, result[4])
     for k in observations:  # cut off by rollout.max_turns before the env ended it
         _cut_off(trajectories[k], turn_limit, pool.reward_bounds[0])
     return trajectories

@@ -134,7 +134,7 @@ def assign_credit(
     turn_credit = iter(credit.split([len(turn.action_ids) for turn in turns]))
     samples = [
         [
-            TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, next(turn_credit))
+            TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, next(turn_credit), turn.allowed)
             for turn, old in zip(trajectories[k].turns, scores[k].causal_logprobs)
         ]
         for k in usable
@@ -309,7 +309,8 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             first_seed = config.trainer.seed + (step * ranks.world_size + ranks.rank) * len(episodes)
             trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
                                    seed=first_seed, times=times, chat_history=config.rollout.chat_history,
-                                   truncated_invalid=config.rollout.truncated_turn == "invalid")
+                                   truncated_invalid=config.rollout.truncated_turn == "invalid",
+                                   constrain=config.rollout.constrain_to_admissible)
             # vllm with model.vllm.sleep: free the engine's GPU memory (counted with the weight sync that wakes it)
             times.add("time/weight_sync", policy.release_memory())
 

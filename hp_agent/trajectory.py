@@ -48,6 +48,9 @@ class Turn:
     expert_action:   the env's expert advice for the state this turn was prompted in
                      (``info["expert_action"]``, ALFWorld's handcoded expert), where the env
                      gives one: a label for imitation (DAgger), never shown to the policy.
+    allowed:         under restricted decoding (``rollout.constrain_to_admissible``), per
+                     action token the ids it was sampled among (None where free); scoring and
+                     the learner renormalize over the same sets. None: decoding was free.
     """
 
     prompt_messages: list[dict[str, str]]
@@ -62,6 +65,7 @@ class Turn:
     invalid: bool = False
     truncated: bool = False
     expert_action: str | None = None
+    allowed: list[list[int] | None] | None = None
 
 
 @dataclass

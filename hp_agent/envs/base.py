@@ -69,6 +69,10 @@ class TextEnv(gym.Env[str, str]):
     expression matching the answer's markup, e.g. ``<action>`` tags, so that the trainer
     can log the credit of format tokens apart from content tokens).
 
+    Envs that list ``admissible_actions`` set ``action_template`` too: the response that the
+    env reads as an action, ``{action}`` standing for it (ALFWorld's ``<action>{action}</action>``),
+    which restricted decoding (``rollout.constrain_to_admissible``) makes each response.
+
     Evaluation reads three more: ``eval_split`` (the held-out split scored when none is
     named; ``None``: the constructor's default), ``task_type_order`` (the order results per
     task type are reported in; others follow alphabetically) and ``limit_argument`` (the
@@ -80,6 +84,7 @@ class TextEnv(gym.Env[str, str]):
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
     system_prompt: ClassVar[str | None] = None
     answer_format: ClassVar[str | None] = None
+    action_template: ClassVar[str] = "{action}"
     eval_split: ClassVar[str | None] = None
     task_type_order: ClassVar[tuple[str, ...]] = ()
     limit_argument: ClassVar[str | None] = None

@@ -86,6 +86,7 @@ class EnvAttributes:
 
     system_prompt: str | None
     answer_format: str | None
+    action_template: str
     max_turns: int
     reward_bounds: tuple[float, float]
     task_ids: list[str] | None  # None: the env does not list its tasks
@@ -97,7 +98,7 @@ class EnvAttributes:
             task_ids: list[str] | None = list(first.task_ids())
         except NotImplementedError:
             task_ids = None
-        return cls(first.system_prompt, first.answer_format, max(int(env.max_turns) for env in envs),
+        return cls(first.system_prompt, first.answer_format, first.action_template, max(int(env.max_turns) for env in envs),
                    tuple(first.reward_bounds), task_ids)
 
     @staticmethod
@@ -128,6 +129,10 @@ class EnvPool(Protocol):
     @property
     def answer_format(self) -> str | None:
         return self.attributes.answer_format
+
+    @property
+    def action_template(self) -> str:
+        return self.attributes.action_template
 
     @property
     def max_turns(self) -> int:

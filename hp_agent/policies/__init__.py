@@ -15,6 +15,7 @@ from typing import Protocol
 
 import torch
 
+from hp_agent.constraint import ActionTrie
 from hp_agent.policies.prefix_cache import PrefixCache
 
 
@@ -30,11 +31,16 @@ class SamplingParams:
 
 @dataclass
 class Generation:
-    """One sampled continuation: ids (end-of-turn token included when reached)."""
+    """One sampled continuation: ids (end-of-turn token included when reached).
+
+    ``allowed``: under restricted decoding, per token the ids it was sampled among
+    (None where free); None when the prompt had no constraint.
+    """
 
     token_ids: list[int]
     logprobs: list[float]
     finished: bool
+    allowed: list[list[int] | None] | None = None
 
 
 class Policy(Protocol):
@@ -42,6 +48,7 @@ class Policy(Protocol):
 
     model: torch.nn.Module
     tokenizer: object
+    eos_token_id: int  # the end-of-turn token, which ends every sampled turn
     # Keys and values of recently sampled sequences, which scoring may reuse too
     # (an empty ``PrefixCache(0)`` where the backend keeps its own, as vLLM does).
     prefix_cache: PrefixCache
@@ -50,8 +57,11 @@ class Policy(Protocol):
         """Chat messages -> prompt ids ending with the assistant generation prompt."""
         ...
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        """Sample one continuation per prompt."""
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, constraints: list[ActionTrie | None] | None = None
+    ) -> list[Generation]:
+        """Sample one continuation per prompt; ``constraints``: per prompt, the trie of the
+        responses it is restricted to (None: free)."""
         ...
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

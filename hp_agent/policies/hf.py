@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import Cache
 
+from hp_agent.constraint import ActionTrie, TrieWalk
 from hp_agent.errors import UserValueError
 from hp_agent.lora import is_adapter_folder, load_adapter_model
 from hp_agent.policies import Generation, SamplingParams
@@ -67,9 +68,15 @@ class HFPolicy:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, constraints: list[ActionTrie | None] | None = None
+    ) -> list[Generation]:
         """Sample a batch of prompts; log-probs are those of the sampler (after temperature
         and top-p; greedy: the model's own).
+
+        ``constraints``: per prompt, the trie of the responses it may end as (None: free),
+        sampled token by token from the model's distribution renormalized over the tokens
+        that continue one (:mod:`hp_agent.constraint`); each generation records those sets.
 
         Each prompt reuses the keys and values of the longest prefix it shares with a
         recently sampled sequence (:mod:`hp_agent.policies.prefix_cache`); only the rest
@@ -94,8 +101,9 @@ class HFPolicy:
             position_ids[row, width - len(suffix) :] = torch.arange(reused, reused + len(suffix))
             attention_mask[row, reused_width - reused : reused_width] = 1
             attention_mask[row, reused_width + width - len(suffix) :] = 1
-        sampled, sampled_logprobs = self._sample(input_ids, position_ids, attention_mask, cache, sampling)
-        generations = [self._trim(sampled[row], sampled_logprobs[row]) for row in range(rows)]
+        walk = TrieWalk(constraints) if constraints is not None and any(c is not None for c in constraints) else None
+        sampled, sampled_logprobs = self._sample(input_ids, position_ids, attention_mask, cache, sampling, walk)
+        generations = [self._trim(sampled[row], sampled_logprobs[row], walk.allowed[row] if walk else None) for row in range(rows)]
         computed = sampled.shape[1] - 1  # the cache holds keys of every sampled token but the last
         kept = zip(prompts, suffixes, hits, generations) if self.prefix_cache.max_tokens else ()  # reuse off: copy nothing
         for row, (prompt, suffix, (_, reused), generation) in enumerate(kept):
@@ -114,9 +122,11 @@ class HFPolicy:
         attention_mask: torch.Tensor,
         cache: Cache,
         sampling: SamplingParams,
+        walk: TrieWalk | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-by-token sampling until every row ends its turn; returns the sampled ids
-        [B, N] and their log-probs [B, N] on the CPU (rows that ended early go on, ignored)."""
+        [B, N] and their log-probs [B, N] on the CPU (rows that ended early go on, ignored).
+        ``walk``: the rows' constraints, restricting each step's logits and advanced by it."""
         device = self.device
         input_ids, position_ids, attention_mask = input_ids.to(device), position_ids.to(device), attention_mask.to(device)
         finished = torch.zeros(len(input_ids), dtype=torch.bool, device=device)
@@ -131,6 +141,8 @@ class HFPolicy:
                 logits_to_keep=1,
             )
             scores = out.logits[:, -1].float()
+            if walk is not None:
+                scores = scores.masked_fill(~walk.mask(scores.shape[-1], scores.device), float("-inf"))
             if not sampling.greedy:
                 scores = top_p_filter(scores / sampling.temperature, sampling.top_p)
             step_logprobs = torch.log_softmax(scores, dim=-1)
@@ -141,6 +153,8 @@ class HFPolicy:
             tokens.append(chosen)
             logprobs.append(step_logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
             finished |= chosen == self.eos_token_id
+            if walk is not None:
+                walk.advance(chosen.tolist(), finished.tolist())
             if bool(finished.all()):
                 break
             input_ids = chosen.unsqueeze(-1)
@@ -148,12 +162,11 @@ class HFPolicy:
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(input_ids), 1))], dim=1)
         return torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1).cpu()
 
-    def _trim(self, ids: torch.Tensor, logprobs: torch.Tensor) -> Generation:
+    def _trim(self, ids: torch.Tensor, logprobs: torch.Tensor, allowed: list[list[int] | None] | None) -> Generation:
         token_ids = ids.tolist()
-        if self.eos_token_id in token_ids:
-            end = token_ids.index(self.eos_token_id) + 1
-            return Generation(token_ids[:end], logprobs[:end].tolist(), finished=True)
-        return Generation(token_ids, logprobs.tolist(), finished=False)
+        finished = self.eos_token_id in token_ids
+        end = token_ids.index(self.eos_token_id) + 1 if finished else len(token_ids)
+        return Generation(token_ids[:end], logprobs[:end].tolist(), finished, None if allowed is None else allowed[:end])
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         decoder = self.model.get_decoder()

@@ -44,7 +44,8 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from hp_agent.errors import MissingPackageError, UserValueError
+from hp_agent.constraint import ActionTrie
+from hp_agent.errors import MissingPackageError, UserNotImplementedError, UserValueError
 
 try:
     import vllm
@@ -148,8 +149,13 @@ class VLLMPolicy(HFPolicy):
             detokenize=False,  # rollout decodes the ids itself
         )
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, constraints: list[ActionTrie | None] | None = None
+    ) -> list[Generation]:
         """Sample on the engine; log-probs are those of the sampler (see module docstring)."""
+        if constraints is not None and any(c is not None for c in constraints):
+            raise UserNotImplementedError("rollout.constrain_to_admissible runs on the hf backend only for now; "
+                                          "set model.backend=hf or rollout.constrain_to_admissible=false")
         if not prompts:
             return []
         if self.asleep:

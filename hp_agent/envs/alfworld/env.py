@@ -169,6 +169,7 @@ class AlfworldEnv(TextEnv):
     system_prompt: ClassVar[str | None] = None
     reward_bounds: ClassVar[tuple[float, float]] = (0.0, 10.0)
     answer_format: ClassVar[str | None] = r"</?action>|</?think>"
+    action_template: ClassVar[str] = "<action>{action}</action>"
     eval_split: ClassVar[str | None] = "id"
     task_type_order: ClassVar[tuple[str, ...]] = SHORT_TASK_TYPES
     limit_argument: ClassVar[str | None] = "num_games"  # synthesized games are built on first use
