@@ -222,7 +222,9 @@ def sft(
     seed: Optional[int] = typer.Option(None, help="Seed for initialization order and batches.", show_default="0"),
     data: Optional[Path] = typer.Option(None, help="Trajectory JSONL to learn from (e.g. `hp-agent data alfworld --demos`) instead of the env's built-in demonstrations."),
     env_kwargs: str = typer.Option("{}", help="Env arguments as a YAML mapping, e.g. '{demo_mistakes: 0.5}' (keys, keystep)."),
-    hindsight: bool = typer.Option(False, help="With --data: also learn every turn under its privileged block (realized future and outcome), as hindsight scoring shows it."),
+    hindsight: bool = typer.Option(False, help="Also learn every turn under its privileged block (realized future and outcome), as hindsight scoring shows it: the turns of --data, or without --data of episodes the starting model plays on the env's train tasks first (any env)."),
+    hindsight_episodes: Optional[int] = typer.Option(None, help="--hindsight without --data: episodes the starting model plays (temperature 1) for the privileged-block copies.", show_default="64"),
+    hindsight_max_new_tokens: Optional[int] = typer.Option(None, help="--hindsight without --data: most tokens a turn of those episodes.", show_default="64"),
     save_every: Optional[int] = typer.Option(None, help="Save the state to OUT.partial every N steps; the same command continues from there.", show_default="100"),
     expert_data: Optional[Path] = typer.Option(None, help="Also learn the expert's advice in every turn of this DAgger file (`hp-agent data alfworld --dagger`)."),
     prompt_loss: Optional[float] = typer.Option(None, help="Also learn to predict the prompt tokens, with this weight beside the response's loss (0: responses only).", show_default="0.0"),
@@ -243,7 +245,7 @@ def sft(
         return
     # Options left unset take hp_agent.sft.sft's defaults: the one place they are set.
     given = dict(env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, save_every=save_every,
-                 prompt_loss=prompt_loss)
+                 prompt_loss=prompt_loss, hindsight_episodes=hindsight_episodes, hindsight_max_new_tokens=hindsight_max_new_tokens)
     result = run_sft(out, data=data, progress=True, env_kwargs=kwargs, hindsight=hindsight, expert_data=expert_data,
                      **{key: value for key, value in given.items() if value is not None})
     console.print(

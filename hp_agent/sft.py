@@ -27,7 +27,7 @@ from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, collect, prompt_messages
 from hp_agent.runs import atomic_write_bytes
-from hp_agent.trajectory import Trajectory, read_jsonl
+from hp_agent.trajectory import Trajectory, read_jsonl, write_jsonl
 
 LOG_EVERY = 50  # steps per plain progress line when the output is not a terminal
 
@@ -206,11 +206,27 @@ def _batch_loss(policy: Policy, batch: list[tuple[list[int], int]], pad_id: int,
     return loss
 
 
-def hindsight_demonstration_sequences(policy: Policy, path: str | Path, options: ScoringOptions) -> list[tuple[list[int], int]]:
-    """Every segment of every trajectory in ``path`` with its privileged block, as the
-    hindsight scorer renders it: (hindsight prompt + segment ids, segment start)."""
-    trajectories = list(read_jsonl(path))
+def hindsight_copies(policy: Policy, trajectories: list[Trajectory], options: ScoringOptions) -> list[tuple[list[int], int]]:
+    """Every segment of every trajectory with its privileged block, as the hindsight scorer
+    renders it: (hindsight prompt + segment ids, segment start)."""
     return [(ids, len(ids) - (segment.end - segment.start)) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
+
+
+def play_for_hindsight(policy: Policy, env_name: str, env_kwargs: dict, episodes: int, max_new_tokens: int,
+                       seed: int = 0, parallel_envs: int = 16) -> list[Trajectory]:
+    """``episodes`` episodes of ``env_name``'s train tasks (cycled) played by ``policy`` at
+    temperature 1, as a training rollout samples: trajectories with their realized futures
+    and verdicts, whose hindsight copies teach the model to read a privileged block.
+    Errored episodes are left out."""
+    envs = [make(env_name, **{"split": "train", **env_kwargs}) for _ in range(min(episodes, parallel_envs))]
+    try:
+        task_ids = envs[0].task_ids()
+        plays = [Episode(task_ids[k % len(task_ids)], group=k) for k in range(episodes)]
+        played = collect(policy, envs, env_name, plays, SamplingParams(max_new_tokens=max_new_tokens), seed=seed)
+    finally:
+        for env in envs:
+            env.close()
+    return [trajectory for trajectory in played if not trajectory.errored and trajectory.turns]
 
 
 def sft(
@@ -228,14 +244,19 @@ def sft(
     save_every: int = 100,
     expert_data: str | Path | None = None,
     prompt_loss: float = 0.0,
+    hindsight_episodes: int = 64,
+    hindsight_max_new_tokens: int = 64,
 ) -> SFTResult:
     """Warm up ``model`` on ``data`` (trajectory JSONL) or else on ``env``'s train
     demonstrations (``env_kwargs`` for the env, e.g. the toy envs' ``demo_mistakes``),
     and save it as a Hugging Face folder.
 
-    ``hindsight`` (needs ``data``): also learn every turn under its privileged block, as
-    the hindsight scorer shows it (realized future and outcome), so that the model reads
-    the block before RL asks it to. ``expert_data``: a DAgger file (``hp-agent data
+    ``hindsight``: also learn every turn under its privileged block, as the hindsight
+    scorer shows it (realized future and outcome), so that the model reads the block
+    before RL asks it to: the turns of ``data``, or, without ``data``, of
+    ``hindsight_episodes`` episodes that ``model`` plays on the env's train tasks first
+    (temperature 1, ``hindsight_max_new_tokens`` a turn), beside the env's demonstrations.
+    Any env works, single-step or multi-turn. ``expert_data``: a DAgger file (``hp-agent data
     alfworld --dagger``) whose turns are learnt with the expert's advice as the label, on
     top of ``data`` or the env's demonstrations. ``prompt_loss``: weight of the prompt
     tokens' NLL beside the response's (see :func:`supervised_warmup`). Every ``save_every`` steps the state goes to
@@ -244,21 +265,30 @@ def sft(
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UserFileExistsError(f"{str(out_dir)!r} exists and is not empty; choose another --out")
-    if hindsight and data is None:
-        raise UserValueError("hindsight warm-up needs --data: the privileged block is built from recorded trajectories")
+    if hindsight and data is None and hindsight_episodes < 1:
+        raise UserValueError(f"hindsight_episodes must be >= 1 to build privileged blocks without --data, got {hindsight_episodes}")
     partial = out_dir.with_name(f"{out_dir.name}.partial")
     settings = {"env": env, "model": model, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
                 "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight,
-                "expert_data": str(expert_data), "prompt_loss": prompt_loss}
+                "expert_data": str(expert_data), "prompt_loss": prompt_loss, "hindsight_episodes": hindsight_episodes,
+                "hindsight_max_new_tokens": hindsight_max_new_tokens}
     resume = _load_partial(partial, settings)
     torch.manual_seed(seed)
     policy = load_policy(str(partial / "model") if resume is not None else model)
     if data is not None:
         sequences = trajectory_sequences(data, policy.model.get_input_embeddings().num_embeddings)
         if hindsight:
-            sequences += hindsight_demonstration_sequences(policy, data, ScoringOptions())
+            sequences += hindsight_copies(policy, list(read_jsonl(data)), ScoringOptions())
     else:
         sequences = demonstration_sequences(policy, env, {"split": "train", **(env_kwargs or {})})
+        if hindsight:
+            # Played by the starting model before the first step and kept beside the partial state, so that a
+            # resumed warm-up learns the same copies.
+            plays = partial / "hindsight_play.jsonl"
+            if resume is None or not plays.is_file():
+                write_jsonl(plays, play_for_hindsight(policy, env, env_kwargs or {}, hindsight_episodes,
+                                                      hindsight_max_new_tokens, seed))
+            sequences += hindsight_copies(policy, list(read_jsonl(plays)), ScoringOptions())
     if expert_data is not None:
         sequences += expert_label_sequences(policy, expert_data)
 

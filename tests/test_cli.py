@@ -41,7 +41,8 @@ def test_sft_help_states_the_library_defaults():
     command = typer.main.get_command(app).commands["sft"]
     stated = {param.name: param.show_default for param in command.params if isinstance(param.show_default, str)}
     defaults = {name: p.default for name, p in inspect.signature(sft).parameters.items()}
-    assert set(stated) == {"env", "model", "steps", "batch_size", "lr", "seed", "save_every", "prompt_loss"}
+    assert set(stated) == {"env", "model", "steps", "batch_size", "lr", "seed", "save_every", "prompt_loss", "hindsight_episodes",
+                           "hindsight_max_new_tokens"}
     for option, text in stated.items():
         assert text == str(defaults[option]), (option, text, defaults[option])
 

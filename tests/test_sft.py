@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import hp_agent.sft as sft_module
+from hp_agent.hindsight import ScoringOptions
 from hp_agent.sft import sft
 
 STEPS, SAVE_EVERY = 6, 2
@@ -54,9 +55,24 @@ def test_interrupted_warmup_resumes_to_the_same_weights(tmp_path, monkeypatch, _
     assert any(not torch.equal(start[name], tensor) for name, tensor in resumed_weights.items())
 
 
-def test_hindsight_warmup_needs_recorded_trajectories(tmp_path):
-    with pytest.raises(ValueError, match="needs --data"):
-        sft(tmp_path / "out", env="keys", steps=1, hindsight=True)
+def test_hindsight_copies_of_played_episodes_show_each_turn_its_future_and_outcome(tiny_policy):
+    played = sft_module.play_for_hindsight(tiny_policy, "keys", {}, episodes=3, max_new_tokens=5)
+    copies = sft_module.hindsight_copies(tiny_policy, played, ScoringOptions())
+    turns = [(trajectory, turn) for trajectory in played for turn in trajectory.turns]
+    assert len(played) == 3 and len(copies) == len(turns)  # keys' turns are short: one segment each
+    for (trajectory, turn), (ids, start) in zip(turns, copies):
+        assert ids[start:] == turn.action_ids  # the target is the action that was taken
+        prompt = tiny_policy.tokenizer.decode(ids[:start])
+        assert f"Outcome: {'success' if trajectory.success else 'failure'}" in prompt and trajectory.feedback in prompt
+
+
+def test_hindsight_warmup_from_an_env_learns_demonstrations_and_copies(tmp_path):
+    plain = sft(tmp_path / "plain", env="keys", steps=1, batch_size=2)
+    both = sft(tmp_path / "both", env="keys", steps=1, batch_size=2, hindsight=True, hindsight_episodes=2,
+               hindsight_max_new_tokens=5)
+    assert both.examples > plain.examples + 2  # the demonstrations, then a copy of every played turn
+    with pytest.raises(ValueError, match="hindsight_episodes must be >= 1"):
+        sft(tmp_path / "none", env="keys", steps=1, hindsight=True, hindsight_episodes=0)
 
 
 def test_prompt_loss_adds_the_prompt_tokens_nll_with_its_weight(tiny_policy):

@@ -162,7 +162,7 @@ class HFPolicy:
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(input_ids), 1))], dim=1)
         return torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1).cpu()
 
-    def _trim(self, ids: torch.Tensor, logprobs: torch.Tensor, allowed: list[list[int] | None] | None) -> Generation:
+    def _trim(self, ids: torch.Tensor, logprobs: torch.Tensor, allowed: list[list[int] | None] | None = None) -> Generation:
         token_ids = ids.tolist()
         finished = self.eos_token_id in token_ids
         end = token_ids.index(self.eos_token_id) + 1 if finished else len(token_ids)
