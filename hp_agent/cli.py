@@ -135,6 +135,7 @@ def eval_command(
     source: Optional[str] = typer.Option(None, help="ALFWorld games: official (default where found), synth or alfred."),
     max_turns: Optional[int] = typer.Option(None, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),
     baseline: Optional[Path] = typer.Option(None, help="An earlier evaluation's --output of the same tasks: also print success before and after, with intervals and a one-sided test of the gain."),
+    constrain_to_admissible: bool = typer.Option(False, help="Restrict each response to the env's admissible actions, token by token (as rollout.constrain_to_admissible; alfworld, keys, keystep, fetch)."),
 ) -> None:
     """Evaluate a policy (a model, or a scripted ALFWorld policy) on every task of a split."""
     _quiet_libraries()
@@ -158,7 +159,8 @@ def eval_command(
             _fail(f"--baseline {str(baseline)!r} evaluated {before.env}/{before.split}, not {env}/{split or 'its default split'}")
     result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
                       env_kwargs={"source": source} if source else None, max_turns=max_turns,
-                      output=output, progress=True, scripted=policy, workers=workers, seed=seed)
+                      output=output, progress=True, scripted=policy, workers=workers, seed=seed,
+                      constrain=constrain_to_admissible)
     table = Table(title=f"{env} / {result.split} / {result.policy}: {result.tasks} tasks x {result.samples} samples")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -186,6 +186,7 @@ class ModelPlayer:
     sampling: SamplingParams
     max_turns: int | None
     label: str
+    constrain: bool = False  # each response one of the env's admissible actions (rollout.constrain_to_admissible)
 
     def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
         trajectories: list[Trajectory] = []
@@ -196,7 +197,7 @@ class ModelPlayer:
             for start in range(0, len(episodes), len(self.envs)):
                 chunk = episodes[start : start + len(self.envs)]
                 trajectories += collect(self.policy, self.envs, self.env_name, chunk, self.sampling, self.max_turns,
-                                        seed=seed + start)
+                                        seed=seed + start, constrain=self.constrain)
                 on_done(len(chunk))
         return trajectories
 
@@ -234,6 +235,7 @@ def evaluate(
     scripted: str | None = None,
     workers: int = 1,
     max_turns: int | None = None,
+    constrain: bool = False,
 ) -> EvalResult:
     """Play every task of a split ``samples`` times in a fixed order and score it.
 
@@ -242,6 +244,8 @@ def evaluate(
     random): no model is loaded and ``model``/``policy``/``sampling`` are ignored; it plays
     in ``workers`` processes. Episode ``i`` (task-major order) is seeded ``seed + i``
     either way. ``max_turns`` caps a model's episode below the env's own step limit.
+    ``constrain``: a model's responses are restricted to the env's admissible actions, as
+    ``rollout.constrain_to_admissible`` restricts training's.
     """
     if samples < 1:
         raise UserValueError(f"samples must be >= 1, got {samples}")
@@ -265,7 +269,7 @@ def evaluate(
             policy = policy if policy is not None else load_policy(model or "tiny")
             envs = [stack.enter_context(closing(make(env, **kwargs))) for _ in range(parallel_envs)]
             first = envs[0]
-            player = ModelPlayer(policy, envs, env, sampling or SamplingParams(), max_turns, label)
+            player = ModelPlayer(policy, envs, env, sampling or SamplingParams(), max_turns, label, constrain)
         task_ids = first.task_ids()[:limit] if limit else first.task_ids()
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
         with LoopProgress(f"eval {env}/{split} ({player.label})", len(episodes), enabled=progress, every=10) as bar:

@@ -147,3 +147,12 @@ def test_both_methods_train_a_step_restricted(tmp_path, algo):
     assert restricted and all(len(turn["allowed"]) == len(turn["action_ids"]) for turn in restricted)
     # only a dead end (nothing admissible, sampled free) can be invalid
     assert not any(turn["invalid"] for turn in restricted)
+
+
+def test_evaluation_restricted_to_admissible_actions_plays_none_invalid(_private_cache):
+    from hp_agent.evaluate import evaluate
+
+    sampling = SamplingParams(max_new_tokens=8)
+    free = evaluate(env="fetch", model="tiny", limit=9, sampling=sampling, parallel_envs=9)
+    restricted = evaluate(env="fetch", model="tiny", limit=9, sampling=sampling, parallel_envs=9, constrain=True)
+    assert free.invalid_fraction > 0.5 and restricted.invalid_fraction == 0.0  # the untrained model never writes "go to X"
