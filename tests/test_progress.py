@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -51,9 +52,16 @@ def test_weights_and_biases_gets_every_metric_when_a_project_is_set(tmp_path, mo
                           "wandb_project": "hp-agent-test"}}
     run = hp_agent.train(config, progress=False).run_dir
     (log,) = run.glob("wandb/offline-run-*/run-*.wandb")
-    logged = log.read_bytes()
     names = {key for record in read_jsonl_records(run / "metrics.jsonl") for key in record if key != "step"}
-    assert len(names) > 20 and all(name.encode() in logged for name in names)
+    assert len(names) > 20
+    # wandb's own writer process may still be appending after finish() returns on a busy machine (seen once under
+    # make test's load): give it a few seconds before naming what is missing.
+    for _ in range(20):
+        missing = sorted(name for name in names if name.encode() not in log.read_bytes())
+        if not missing:
+            break
+        time.sleep(0.5)
+    assert missing == []
 
 
 def test_a_wandb_project_without_wandb_installed_is_a_clear_error(tmp_path, monkeypatch):
