@@ -284,6 +284,9 @@ class TrainConfig(_Section):
                 f"rollout.top_p={self.rollout.top_p} cannot train: hindsight scoring and the learner's ratio use the full "
                 "distribution's log-probs, not those of the nucleus that was sampled; set rollout.top_p=1.0"
             )
+        if self.rollout.constrain_to_admissible and self.env.kwargs.get("require_think"):
+            raise ValueError("rollout.constrain_to_admissible=true writes no think block, so env.kwargs.require_think=true "
+                             "would make every action invalid; drop one of the two")
         if self.rollout.constrain_to_admissible and self.model.backend != "hf":
             raise ValueError("rollout.constrain_to_admissible=true runs on model.backend=hf only for now (the vllm backend "
                              "has no restricted sampler yet); set model.backend=hf")

@@ -113,6 +113,8 @@ def test_the_choice_is_documented_off_by_default_and_hf_only():
     assert load_config().rollout.constrain_to_admissible is False
     with pytest.raises(ConfigError, match="model.backend=hf only"):
         load_config(None, ["rollout.constrain_to_admissible=true", "model.backend=vllm"])
+    with pytest.raises(ConfigError, match="require_think=true would make every action invalid"):
+        load_config(None, ["rollout.constrain_to_admissible=true", "env.kwargs={require_think: true}"])
 
 
 @pytest.mark.skipif(data.find_data_root() is None, reason="the official ALFWorld games are not here")
