@@ -225,7 +225,7 @@ def sft(
     data: Optional[Path] = typer.Option(None, help="Trajectory JSONL to learn from (e.g. `hp-agent data alfworld --demos`) instead of the env's built-in demonstrations."),
     env_kwargs: str = typer.Option("{}", help="Env arguments as a YAML mapping, e.g. '{demo_mistakes: 0.5}' (keys, keystep)."),
     hindsight: bool = typer.Option(False, help="Also learn every turn under its privileged block (realized future and outcome), as hindsight scoring shows it: the turns of --data, or without --data of episodes the starting model plays on the env's train tasks first (any env)."),
-    hindsight_episodes: Optional[int] = typer.Option(None, help="--hindsight without --data: episodes the starting model plays (temperature 1) for the privileged-block copies.", show_default="64"),
+    hindsight_episodes: Optional[int] = typer.Option(None, help="--hindsight without --data: train tasks the starting model plays once each (temperature 1) for the privileged-block copies.", show_default="64"),
     hindsight_max_new_tokens: Optional[int] = typer.Option(None, help="--hindsight without --data: most tokens a turn of those episodes.", show_default="64"),
     save_every: Optional[int] = typer.Option(None, help="Save the state to OUT.partial every N steps; the same command continues from there.", show_default="100"),
     expert_data: Optional[Path] = typer.Option(None, help="Also learn the expert's advice in every turn of this DAgger file (`hp-agent data alfworld --dagger`)."),
@@ -337,13 +337,13 @@ def data_alfworld(
 def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | None, max_steps: int, seed: int,
                   temperature: float) -> None:
     from hp_agent.policies import SamplingParams, load_policy
-    from hp_agent.sft import play_for_expert_labels
+    from hp_agent.sft import play_first_tasks
     from hp_agent.trajectory import write_jsonl
 
     kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {})}
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
-    trajectories = play_for_expert_labels(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed,
-                                          progress=True)
+    trajectories = play_first_tasks(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed, progress=True,
+                                    label="dagger")
     write_jsonl(out, trajectories)
     turns = [turn for t in trajectories for turn in t.turns]
     labelled = sum(turn.expert_action is not None for turn in turns)

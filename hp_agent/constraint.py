@@ -19,7 +19,7 @@ These are pure functions; the backends and the scorer call them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -93,6 +93,15 @@ def restrict_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if not mask.any(dim=-1).all():
         raise ValueError("every row needs at least one allowed token")
     return logits.masked_fill(~mask, float("-inf"))
+
+
+def joined_allowed(runs: Iterable[tuple[Allowed | None, int]]) -> list[Sequence[int] | None] | None:
+    """The allowed sets of token runs laid end to end, each run given as (its sets, or None
+    for ``length`` free tokens); None when every run is free."""
+    runs = list(runs)
+    if all(sets is None for sets, _ in runs):
+        return None
+    return [tokens for sets, length in runs for tokens in (sets if sets is not None else [None] * length)]
 
 
 def restrict_chunk(logits: torch.Tensor, allowed: Allowed | None, start: int) -> torch.Tensor:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hp_agent.batching import span_hidden_states
+from hp_agent.constraint import joined_allowed
 from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
 from hp_agent.packing import packed_span_hidden_states
 from hp_agent.policies import Policy
@@ -219,7 +220,7 @@ def score_trajectories(
 
     if not with_hindsight:
         ids = torch.tensor([token for turn in turns for token in turn.action_ids], device=device)
-        allowed = _allowed_sets([(turn, 0, len(turn.action_ids)) for turn in turns])
+        allowed = joined_allowed((turn.allowed, len(turn.action_ids)) for turn in turns)
         logprobs = chunked_logprobs(torch.cat(hidden), ids, project, options.jsd_chunk_tokens, allowed).cpu()
         for (i, t), part in zip(turn_keys, logprobs.split([len(turn.action_ids) for turn in turns])):
             scores[i].causal_logprobs[t] = part
@@ -230,7 +231,7 @@ def score_trajectories(
         [tok for i, seg, _ in hindsight for tok in trajectories[i].turns[seg.turn].action_ids[seg.start : seg.end]],
         device=device,
     )
-    allowed = _allowed_sets([(trajectories[i].turns[seg.turn], seg.start, seg.end) for i, seg, _ in hindsight])
+    allowed = joined_allowed(_segment_allowed(trajectories[i].turns[seg.turn], seg) for i, seg, _ in hindsight)
     weights, logprobs = jsd_weights_from_hidden(
         causal, torch.cat(hidden[len(turn_keys) :]), ids, project, options.jsd_chunk_tokens, compiled=options.compile_jsd,
         allowed=allowed,
@@ -242,8 +243,7 @@ def score_trajectories(
     return scores
 
 
-def _allowed_sets(pieces: list[tuple[Turn, int, int]]) -> list[list[int] | None] | None:
-    """The restricted-decoding sets of tokens ``start:end`` of each turn, in order (None: all free)."""
-    if all(turn.allowed is None for turn, _, _ in pieces):
-        return None
-    return [tokens for turn, start, end in pieces for tokens in (turn.allowed or [None] * len(turn.action_ids))[start:end]]
+def _segment_allowed(turn: Turn, segment: Segment) -> tuple[list[list[int] | None] | None, int]:
+    """The restricted-decoding sets of ``segment``'s tokens (None: free), and their count."""
+    sets = None if turn.allowed is None else turn.allowed[segment.start : segment.end]
+    return sets, segment.end - segment.start

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hp_agent.batching import pad_right, token_budget_batches
+from hp_agent.constraint import joined_allowed
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum
 from hp_agent.parallel import Parallel, TrainModel
 from hp_agent.policies import Policy
@@ -267,8 +268,7 @@ class Learner:
     def _loss(self, micro: list[TrainingSample], num_eligible: int) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped loss of one micro-batch, normalised by the mini-batch's ``num_eligible``."""
         input_ids, attention_mask = pad_right([s.input_ids for s in micro], self.pad_id)
-        allowed = None if all(s.allowed is None for s in micro) else [
-            tokens for s in micro for tokens in (s.allowed or [None] * s.num_action_tokens)]
+        allowed = joined_allowed((s.allowed, s.num_action_tokens) for s in micro)
         spans = [(s.action_start, len(s.input_ids)) for s in micro]
         logprobs = torch.cat(self.model.forward(input_ids, attention_mask, spans, allowed))
         own = logprobs.detach().split([s.num_action_tokens for s in micro])

@@ -39,11 +39,14 @@ def atomic_model_folder(out_dir: Path) -> Iterator[Path]:
             tmp_dir.rename(out_dir)
         except OSError as error:
             if not (out_dir / "config.json").is_file():
-                held = sorted(path.name for path in out_dir.iterdir()) if out_dir.is_dir() else "not a folder"
-                raise FileExistsError(f"{out_dir} exists and holds no model (it holds: {held}); "
+                raise FileExistsError(f"{out_dir} exists and holds no model (it holds: {_contents(out_dir)}); "
                                       "remove it or pick another folder") from error
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _contents(path: Path) -> list[str] | str:
+    return sorted(p.name for p in path.iterdir()) if path.is_dir() else "not a folder"
 
 
 def cached_model_folder(path: Path, build: Callable[[Path], None]) -> Path:
@@ -62,8 +65,7 @@ def cached_model_folder(path: Path, build: Callable[[Path], None]) -> Path:
         if (path / "config.json").is_file():
             return path
         if path.exists():
-            held = sorted(p.name for p in path.iterdir()) if path.is_dir() else "not a folder"
-            print(f"{path} holds no model (it holds: {held}); rebuilding it", file=sys.stderr, flush=True)
+            print(f"{path} holds no model (it holds: {_contents(path)}); rebuilding it", file=sys.stderr, flush=True)
             damaged = Path(tempfile.mkdtemp(prefix=f".{path.name}.damaged-", dir=path.parent))
             path.rename(damaged / path.name)
             shutil.rmtree(damaged, ignore_errors=True)

@@ -171,18 +171,20 @@ def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory
     return trajectory
 
 
-def play_for_expert_labels(policy: Policy, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
-                           parallel_envs: int = 32, seed: int = 0, progress: bool = False) -> list[Trajectory]:
-    """DAgger's data: ``policy`` plays the first ``limit`` tasks once each, and every turn
-    keeps the env's expert advice for the state it was in (see :func:`expert_label_sequences`)."""
+def play_first_tasks(policy: Policy, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
+                     parallel_envs: int = 32, seed: int = 0, progress: bool = False, label: str = "play") -> list[Trajectory]:
+    """``policy`` plays the first ``limit`` tasks of ``make(env_name, **env_kwargs)`` once
+    each (seeded as an evaluation is). Its trajectories are DAgger's data (every turn keeps
+    the env's expert advice: :func:`expert_label_sequences`) and the hindsight warm-up's
+    (their realized futures and verdicts: :func:`hindsight_copies`)."""
     from hp_agent.evaluate import ModelPlayer
 
-    envs = [make(env_name, **env_kwargs) for _ in range(parallel_envs)]
+    envs = [make(env_name, **env_kwargs) for _ in range(min(parallel_envs, limit or parallel_envs))]
     try:
         task_ids = envs[0].task_ids()[:limit]
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids)]
-        player = ModelPlayer(policy, envs, env_name, sampling, None, "dagger")
-        with LoopProgress(f"dagger {env_name}", len(episodes), enabled=progress, every=parallel_envs) as bar:
+        player = ModelPlayer(policy, envs, env_name, sampling, None, label)
+        with LoopProgress(f"{label} {env_name}", len(episodes), enabled=progress, every=parallel_envs) as bar:
             return player.play(episodes, seed, bar.advance)
     finally:
         for env in envs:
@@ -212,23 +214,6 @@ def hindsight_copies(policy: Policy, trajectories: list[Trajectory], options: Sc
     return [(ids, len(ids) - (segment.end - segment.start)) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
 
 
-def play_for_hindsight(policy: Policy, env_name: str, env_kwargs: dict, episodes: int, max_new_tokens: int,
-                       seed: int = 0, parallel_envs: int = 16) -> list[Trajectory]:
-    """``episodes`` episodes of ``env_name``'s train tasks (cycled) played by ``policy`` at
-    temperature 1, as a training rollout samples: trajectories with their realized futures
-    and verdicts, whose hindsight copies teach the model to read a privileged block.
-    Errored episodes are left out."""
-    envs = [make(env_name, **{"split": "train", **env_kwargs}) for _ in range(min(episodes, parallel_envs))]
-    try:
-        task_ids = envs[0].task_ids()
-        plays = [Episode(task_ids[k % len(task_ids)], group=k) for k in range(episodes)]
-        played = collect(policy, envs, env_name, plays, SamplingParams(max_new_tokens=max_new_tokens), seed=seed)
-    finally:
-        for env in envs:
-            env.close()
-    return [trajectory for trajectory in played if not trajectory.errored and trajectory.turns]
-
-
 def sft(
     out_dir: str | Path,
     env: str = "alfworld",
@@ -254,7 +239,7 @@ def sft(
     ``hindsight``: also learn every turn under its privileged block, as the hindsight
     scorer shows it (realized future and outcome), so that the model reads the block
     before RL asks it to: the turns of ``data``, or, without ``data``, of
-    ``hindsight_episodes`` episodes that ``model`` plays on the env's train tasks first
+    the first ``hindsight_episodes`` train tasks, which ``model`` plays once each first
     (temperature 1, ``hindsight_max_new_tokens`` a turn), beside the env's demonstrations.
     Any env works, single-step or multi-turn. ``expert_data``: a DAgger file (``hp-agent data
     alfworld --dagger``) whose turns are learnt with the expert's advice as the label, on
@@ -286,8 +271,9 @@ def sft(
             # resumed warm-up learns the same copies.
             plays = partial / "hindsight_play.jsonl"
             if resume is None or not plays.is_file():
-                write_jsonl(plays, play_for_hindsight(policy, env, env_kwargs or {}, hindsight_episodes,
-                                                      hindsight_max_new_tokens, seed))
+                played = play_first_tasks(policy, env, {"split": "train", **(env_kwargs or {})}, hindsight_episodes,
+                                          SamplingParams(max_new_tokens=hindsight_max_new_tokens), seed=seed, label="hindsight")
+                write_jsonl(plays, [t for t in played if not t.errored])
             sequences += hindsight_copies(policy, list(read_jsonl(plays)), ScoringOptions())
     if expert_data is not None:
         sequences += expert_label_sequences(policy, expert_data)

@@ -46,11 +46,11 @@ def test_expert_demonstrations_are_token_in_token_out(tmp_path, tiny_policy):
 def test_dagger_turns_carry_the_experts_advice_for_the_state_they_were_in(tmp_path, tiny_policy):
     from hp_agent.envs.alfworld.env import AlfworldEnv
     from hp_agent.policies import SamplingParams
-    from hp_agent.sft import expert_label_sequences, play_for_expert_labels
+    from hp_agent.sft import expert_label_sequences, play_first_tasks
     from hp_agent.trajectory import write_jsonl
 
     kwargs = {"split": "id", "num_games": 2, "max_steps": 4}
-    played = play_for_expert_labels(tiny_policy, "alfworld", kwargs, 2, SamplingParams(max_new_tokens=8), parallel_envs=2)
+    played = play_first_tasks(tiny_policy, "alfworld", kwargs, 2, SamplingParams(max_new_tokens=8), parallel_envs=2)
     assert len(played) == 2 and all(len(t.turns) == 4 for t in played)
     # replay each episode's actions: the advice recorded in turn k is the expert's advice
     # in the state that turn's prompt showed (before its action)

@@ -4,7 +4,7 @@ renormalized distribution over the allowed tokens."""
 import pytest
 import torch
 
-from hp_agent.constraint import ActionTrie, allowed_mask, restrict_logits
+from hp_agent.constraint import ActionTrie, allowed_mask, joined_allowed, restrict_logits
 from hp_agent.credit import chosen_logprobs, jsd_from_logits
 
 RESPONSES = [[5, 6, 2], [5, 7, 2], [8, 2]]  # e.g. "go left", "go right", "stop", each ending with end-of-turn 2
@@ -52,3 +52,8 @@ def test_jsd_over_the_allowed_set_is_zero_where_one_token_is_allowed():
 def test_a_row_with_nothing_allowed_is_refused():
     with pytest.raises(ValueError, match="at least one allowed token"):
         restrict_logits(torch.zeros(1, 3), torch.zeros(1, 3, dtype=torch.bool))
+
+
+def test_joined_allowed_lays_runs_end_to_end_and_is_none_when_all_are_free():
+    assert joined_allowed([(None, 2), ([[5, 8], [2]], 2), (None, 1)]) == [None, None, [5, 8], [2], None]
+    assert joined_allowed([(None, 3), (None, 1)]) is None

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 import hp_agent.sft as sft_module
 from hp_agent.hindsight import ScoringOptions
+from hp_agent.policies import SamplingParams
 from hp_agent.sft import sft
 
 STEPS, SAVE_EVERY = 6, 2
@@ -56,7 +57,7 @@ def test_interrupted_warmup_resumes_to_the_same_weights(tmp_path, monkeypatch, _
 
 
 def test_hindsight_copies_of_played_episodes_show_each_turn_its_future_and_outcome(tiny_policy):
-    played = sft_module.play_for_hindsight(tiny_policy, "keys", {}, episodes=3, max_new_tokens=5)
+    played = sft_module.play_first_tasks(tiny_policy, "keys", {"split": "train"}, 3, SamplingParams(max_new_tokens=5))
     copies = sft_module.hindsight_copies(tiny_policy, played, ScoringOptions())
     turns = [(trajectory, turn) for trajectory in played for turn in trajectory.turns]
     assert len(played) == 3 and len(copies) == len(turns)  # keys' turns are short: one segment each
