@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from pathlib import Path
 from typing import Any, Optional
@@ -44,6 +45,10 @@ class _Commands(TyperGroup):
             return super().invoke(ctx)
         except UserError as error:
             _fail(str(error))
+        except BrokenPipeError:
+            # The reader of the output has gone (`hp-agent eval --help | head`): not a bug.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(code=1) from None
         except Exception as error:
             if type(error).__module__.startswith(("typer", "click")):
                 raise  # an exit, an abort or a usage error: typer reports it

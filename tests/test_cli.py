@@ -4,6 +4,9 @@ options left unset take the library's defaults."""
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -70,6 +73,16 @@ def test_an_internal_error_prints_its_traceback_and_says_it_is_a_bug(monkeypatch
     assert result.exit_code == 1, result.output
     assert "Traceback (most recent call last)" in result.output and "KeyError: 'baseline'" in result.output
     assert "bug in hp_agent" in result.output.strip().splitlines()[-1]
+
+
+def test_a_reader_that_stops_reading_is_not_reported_as_a_bug():
+    """`hp-agent eval --help | head -1`: the closed pipe ends the command quietly."""
+    command = subprocess.Popen([sys.executable, "-m", "hp_agent", "eval", "--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    command.stdout.close()  # the reader goes before anything is written
+    stderr = command.stderr.read().decode()
+    assert command.wait() == 1
+    assert "bug in hp_agent" not in stderr and "Traceback" not in stderr, stderr
 
 
 @pytest.mark.parametrize("given", ["{tmp}/no-model-here", "./no-model-here", "runs/no-model-here"])
