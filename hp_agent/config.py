@@ -174,7 +174,7 @@ class RolloutConfig(_Section):
         description="Each response is one of the env's admissible actions (info admissible_actions, in its action_template, "
         "e.g. ALFWorld's <action>...</action>; no think block), sampled token by token from the model's distribution "
         "renormalized over the tokens that continue one; scoring (both views of the JSD) and the learner use the same "
-        "renormalized distributions. For envs that list admissible actions (alfworld, keys, keystep, fetch); hf backend.",
+        "renormalized distributions. For envs that list admissible actions (alfworld, keys, keystep, fetch); both backends (vllm: a logits processor).",
     )
 
 
@@ -287,9 +287,6 @@ class TrainConfig(_Section):
         if self.rollout.constrain_to_admissible and self.env.kwargs.get("require_think"):
             raise ValueError("rollout.constrain_to_admissible=true writes no think block, so env.kwargs.require_think=true "
                              "would make every action invalid; drop one of the two")
-        if self.rollout.constrain_to_admissible and self.model.backend != "hf":
-            raise ValueError("rollout.constrain_to_admissible=true runs on model.backend=hf only for now (the vllm backend "
-                             "has no restricted sampler yet); set model.backend=hf")
         return self
 
 

@@ -38,6 +38,7 @@ class ActionTrie:
     def __init__(self, sequences: Sequence[Sequence[int]]):
         if not sequences or any(len(s) == 0 for s in sequences):
             raise ValueError("an action trie needs at least one admissible response, each of at least one token")
+        self.sequences = [[int(token) for token in sequence] for sequence in sequences]
         self.root: dict[int, dict] = {}
         for sequence in sequences:
             node = self.root

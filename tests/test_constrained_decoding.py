@@ -109,10 +109,8 @@ def test_an_env_without_admissible_actions_is_refused_by_name(tiny_policy):
                 SAMPLING, constrain=True)
 
 
-def test_the_choice_is_documented_off_by_default_and_hf_only():
+def test_the_choice_is_off_by_default_and_refuses_a_think_block():
     assert load_config().rollout.constrain_to_admissible is False
-    with pytest.raises(ConfigError, match="model.backend=hf only"):
-        load_config(None, ["rollout.constrain_to_admissible=true", "model.backend=vllm"])
     with pytest.raises(ConfigError, match="require_think=true would make every action invalid"):
         load_config(None, ["rollout.constrain_to_admissible=true", "env.kwargs={require_think: true}"])
 

@@ -279,3 +279,27 @@ def test_sync_after_a_learner_step(policy, prompts):
     finally:
         policy.model.load_state_dict(original)
         policy.sync_weights()
+
+
+@needs_vllm
+def test_restricted_decoding_samples_admissible_actions_with_the_learners_logprobs(policy):
+    """rollout.constrain_to_admissible on the engine: its processed log-probs are the model's
+    distribution renormalized over the allowed tokens, as the learner computes it from the
+    recorded sets (and as the hf backend samples: tests/test_constrained_decoding.py)."""
+    from test_constrained_decoding import SAMPLING, _keys_episodes, _learner_logprobs  # tests/ is on sys.path
+
+    from hp_agent.envs.toy import ACTIONS
+
+    turns = [turn for t in _keys_episodes(policy) for turn in t.turns if turn.allowed is not None]
+    assert len(turns) >= 8 and SAMPLING.temperature == 1.0
+    for turn in turns:  # a token the constraint forbids never appears
+        assert turn.action_text.strip() in ACTIONS and not turn.invalid and turn.action_ids[-1] == policy.eos_token_id
+        assert len(turn.allowed) == len(turn.action_ids)
+        assert all(token in tokens for token, tokens in zip(turn.action_ids, turn.allowed))
+    assert any(len(tokens) > 1 for turn in turns for tokens in turn.allowed)
+    sampled = torch.cat([torch.tensor(turn.sample_logprobs) for turn in turns])
+    learned = torch.cat(_learner_logprobs(policy, turns, allowed=True))
+    assert (sampled - learned).abs().max() < 1e-5
+    # Control: the full-vocabulary log-probs are lower, so an engine that ignored the sets would fail above.
+    free = torch.cat(_learner_logprobs(policy, turns, allowed=False))
+    assert (sampled - free).max() > 0.1

