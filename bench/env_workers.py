@@ -38,7 +38,7 @@ from collections import defaultdict
 from itertools import cycle
 
 from hp_agent.envs import list_envs
-from hp_agent.envs.vector import EnvError, EnvPool, make_env_pool
+from hp_agent.envs.pool import EnvError, EnvPool, make_env_pool
 
 
 class Meter:

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 import hp_agent
-from hp_agent.runs import read_jsonl_records
+from hp_agent.files import read_jsonl_records
 
 PHASES = ("time/generation", "time/env_step", "time/hindsight", "time/replay", "time/train", "time/total")
 

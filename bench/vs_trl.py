@@ -116,7 +116,7 @@ def _run_trl(args: argparse.Namespace, out: Path) -> dict:
 
 def _run_ours(args: argparse.Namespace, algo: str, out: Path) -> dict:
     import hp_agent
-    from hp_agent.runs import read_jsonl_records
+    from hp_agent.files import read_jsonl_records
 
     group = args.group if algo == "grpo" else 1
     config = {"env": {"name": "math"}, "model": {"name": "tiny"},

@@ -1,4 +1,4 @@
-"""``hp-agent`` commands: train, eval, compare, sft, merge-lora, data, envs."""
+"""``hp-agent`` commands: train, eval, compare, sft, merge-lora, show, report, data, envs."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def eval_command(
     limit: Optional[int] = typer.Option(None, help="Only the first N tasks of the split."),
     greedy: bool = typer.Option(False, help="Greedy decoding instead of sampling."),
     max_new_tokens: int = typer.Option(256, help="Most tokens sampled per turn."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature."),
+    temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy, as --greedy)."),
     output: Optional[Path] = typer.Option(None, help="Write the result as JSON here."),
     policy: Optional[str] = typer.Option(None, help="Scripted ALFWorld policy instead of a model: walkthrough, expert or random (no model is loaded)."),
     workers: int = typer.Option(1, help="Processes for a scripted policy (loading a game is CPU-bound)."),
@@ -148,11 +148,11 @@ def eval_command(
 
     import torch
 
-    from hp_agent.evaluate import EvalResult, change_lines, evaluate
+    from hp_agent.evaluation import EvalResult, change_lines, evaluate
     from hp_agent.policies import SamplingParams
 
     torch.set_num_threads(int(os.environ.get("HP_AGENT_TORCH_THREADS", "1")))
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy)
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=max(temperature, 1e-6), greedy=greedy or temperature == 0)
     before = None
     if baseline is not None:
         try:
@@ -198,7 +198,7 @@ def compare(
     env: Optional[str] = typer.Option(None, help="Env name (default: alfworld)."),
     steps: Optional[int] = typer.Option(None, help="Training steps of each method."),
     out: Optional[Path] = typer.Option(None, help="Folder for runs, evaluations, summary.json, report.md and figures."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML file with the comparison's settings (hp_agent.compare.CompareConfig)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file with the comparison's settings (hp_agent.reports.compare_config.CompareConfig)."),
     eval_limit: Optional[int] = typer.Option(None, help="Only the first N tasks of each evaluation split."),
     eval_samples: Optional[int] = typer.Option(None, help="Samples per task (default: alfworld 1, math 4, code 8)."),
     eval_max_turns: Optional[int] = typer.Option(None, help="A model's most turns per evaluation episode."),
@@ -206,7 +206,8 @@ def compare(
 ) -> None:
     """HP-RLVR (G=1) against GRPO (G=8) from the same model and seed, evaluated at 25/50/75/100% of the steps (resumable)."""
     _quiet_libraries()
-    from hp_agent.compare import load_compare_config, run_compare
+    from hp_agent.reports.compare import run_compare
+    from hp_agent.reports.compare_config import load_compare_config
 
     settings = load_compare_config(config, env=env, steps=steps, out=out, eval_limit=eval_limit,
                                    eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
@@ -375,7 +376,7 @@ def merge_lora(
 ) -> None:
     """Merge a LoRA adapter into its base model: a plain Hugging Face folder that transformers, vLLM and eval load."""
     _quiet_libraries()
-    from hp_agent.lora import merge_adapter
+    from hp_agent.policies.lora import merge_adapter
 
     console.print(f"merged model written to {merge_adapter(adapter, out)}")
 
@@ -387,7 +388,7 @@ def show(
     out: Optional[Path] = typer.Option(None, help="HTML file to write (default: RUN/show/step_N.html)."),
 ) -> None:
     """One self-contained HTML page of a step's trajectories, each action token shaded by its credit."""
-    from hp_agent.show import write_page
+    from hp_agent.reports.show import write_page
 
     console.print(f"credit viewer written to {write_page(run, step, out)}")
 
@@ -399,7 +400,7 @@ def report(
                                        "else report-<names> beside the first run)."),
 ) -> None:
     """PNG figures (reward and success over steps and wall time, phase times, gradient norms, JSD weights) and an HTML page."""
-    from hp_agent.report import write_report
+    from hp_agent.reports.report import write_report
 
     folder = out or (runs[0] / "report" if len(runs) == 1 else runs[0].parent / ("report-" + "-".join(r.name for r in runs)))
     console.print(f"report written to {write_report(runs, folder)}")

@@ -13,9 +13,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hp_agent.credit import CREDIT_RULES, CreditRule, credit_rule
+from hp_agent.credit_rules import CREDIT_RULES, CreditRule, credit_rule
 from hp_agent.errors import UserError
-from hp_agent.runs import atomic_write_text
+from hp_agent.files import atomic_write_text
 
 
 class _Section(BaseModel):
@@ -94,8 +94,8 @@ class ModelConfig(_Section):
 class AlgoConfig(_Section):
     name: str = Field(
         "hp-rlvr",
-        description="Credit rule (hp_agent.credit.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
-        "baseline), reinforce (historical baseline, no hindsight), or one registered with credit.register_credit.",
+        description="Credit rule (hp_agent.credit_rules.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
+        "baseline), reinforce (historical baseline, no hindsight), or one registered with credit_rules.register_credit.",
     )
     group_size: int | None = Field(None, ge=1, description="Rollouts per prompt G; default: the rule's (1 for hp-rlvr, 8 for grpo).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower PPO clip: ratio floor 1 - clip_eps_low.")
@@ -305,20 +305,26 @@ def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
-def _format_validation_error(error: ValidationError) -> str:
+def validation_problems(error: ValidationError, model: type[BaseModel], unknown: str = "config key",
+                        required_hint: str = "") -> list[str]:
+    """One line per problem of a failed ``model.model_validate``: a key the model does not
+    have, with the valid keys of its section (named ``unknown``), a missing required key
+    (``required_hint`` formatted with ``{flag}``, the key as a CLI option), or a bad value."""
     lines = []
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(top level)"
         if item["type"] == "extra_forbidden":
             section = item["loc"][:-1]
-            model: type[BaseModel] = TrainConfig
+            owner = model
             for part in section:
-                model = model.model_fields[str(part)].annotation  # type: ignore[assignment]
-            valid = ", ".join(_valid_keys(model, "".join(f"{p}." for p in section)))
-            lines.append(f"unknown config key {key!r}; valid keys here: {valid}")
+                owner = owner.model_fields[str(part)].annotation  # type: ignore[assignment]
+            valid = ", ".join(_valid_keys(owner, "".join(f"{p}." for p in section)))
+            lines.append(f"unknown {unknown} {key!r}; valid keys here: {valid}")
+        elif item["type"] == "missing":
+            lines.append(f"{key} is required" + required_hint.format(flag="--" + key.replace("_", "-")))
         else:
             lines.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
-    return "\n".join(lines)
+    return lines
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -359,7 +365,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_format_validation_error(error)) from None
+        raise ConfigError("\n".join(validation_problems(error, TrainConfig))) from None
 
 
 def _merge(base: dict, update: dict) -> dict:

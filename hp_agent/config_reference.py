@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hp_agent.config import TrainConfig
-from hp_agent.runs import atomic_write_text
+from hp_agent.files import atomic_write_text
 
 
 def _default(value: Any) -> str:

@@ -224,45 +224,6 @@ class CreditOptions:
     eps: float = 1e-6
 
 
-CreditFn = Callable[[CreditBatch, CreditOptions], tuple[torch.Tensor, dict[str, float]]]
-
-
-@dataclass(frozen=True)
-class CreditRule:
-    """A registered credit rule: ``fn(batch, options) -> (credit [M], metrics)``.
-
-    hindsight:      the rule reads ``batch.weights``, so the trainer runs hindsight scoring
-                    (otherwise only the causal, behaviour-policy replay pass).
-    group_size:     rollouts per prompt when ``algo.group_size`` is not set.
-    min_group_size: smallest valid group (2 for a group-relative baseline).
-    """
-
-    fn: CreditFn
-    hindsight: bool = False
-    group_size: int = 1
-    min_group_size: int = 1
-
-
-CREDIT_RULES: dict[str, CreditRule] = {}
-
-
-def register_credit(name: str, *, hindsight: bool = False, group_size: int = 1, min_group_size: int = 1) -> Callable[[CreditFn], CreditFn]:
-    """Decorator: make ``fn`` the credit rule ``algo.name=<name>`` selects."""
-
-    def add(fn: CreditFn) -> CreditFn:
-        CREDIT_RULES[name] = CreditRule(fn, hindsight, group_size, min_group_size)
-        return fn
-
-    return add
-
-
-def credit_rule(name: str) -> CreditRule:
-    """The rule registered as ``name``; a KeyError lists the registered ones."""
-    if name not in CREDIT_RULES:
-        raise KeyError(f"unknown credit rule {name!r}; registered: {', '.join(sorted(CREDIT_RULES))}")
-    return CREDIT_RULES[name]
-
-
 def normalized_weights(batch: CreditBatch, mode: str) -> torch.Tensor:
     """``batch.weights`` normalized within each trajectory (:func:`normalize_weights`)."""
     if batch.weights is None:
@@ -277,7 +238,6 @@ def normalized_weights(batch: CreditBatch, mode: str) -> torch.Tensor:
     return out
 
 
-@register_credit("hp-rlvr", hindsight=True)
 def hp_rlvr_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
     """HP-RLVR token credit c_j = w_j (R_i - b_i) + s_t, t the turn of token j (DESIGN.md 6).
 
@@ -298,7 +258,6 @@ def hp_rlvr_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Te
     return credit, metrics
 
 
-@register_credit("grpo", group_size=8, min_group_size=2)
 def grpo_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO: every token of trajectory i gets A_i, the group-normalized return (R_i + sum_t s_t).
 
@@ -309,7 +268,6 @@ def grpo_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tenso
     return advantages[batch.token_trajectory], metrics
 
 
-@register_credit("reinforce")
 def reinforce_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
     """REINFORCE with the historical baseline: c_j = (R_i - b_i) + s_t on every token, one
     rollout per prompt. HP-RLVR without the hindsight weights (w_j = 1), for ablations."""

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hp_agent.files import FolderExistsError, atomic_folder
+
 
 def cache_root() -> Path:
     """hp_agent's cache: ``$HP_AGENT_CACHE``, else ``~/.cache/hp_agent``."""
@@ -27,22 +29,13 @@ def atomic_model_folder(out_dir: Path) -> Iterator[Path]:
     If another builder finished ``out_dir`` first (it holds a ``config.json``), its result is
     kept and this one is discarded; the temporary folder is removed whatever happens.
     """
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        yield tmp_dir
-        # mkdtemp (and safetensors) write private modes; a shared cache must be readable.
-        for path in (tmp_dir, *tmp_dir.iterdir()):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        try:
-            # rename(2) replaces an empty directory but refuses a non-empty one.
-            tmp_dir.rename(out_dir)
-        except OSError as error:
-            if not (out_dir / "config.json").is_file():
-                raise FileExistsError(f"{out_dir} exists and holds no model (it holds: {_contents(out_dir)}); "
-                                      "remove it or pick another folder") from error
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        with atomic_folder(out_dir) as tmp_dir:
+            yield tmp_dir
+    except FolderExistsError as error:
+        if not (out_dir / "config.json").is_file():
+            raise FileExistsError(f"{out_dir} exists and holds no model (it holds: {_contents(out_dir)}); "
+                                  "remove it or pick another folder") from error
 
 
 def _contents(path: Path) -> list[str] | str:

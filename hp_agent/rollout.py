@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from hp_agent.constraint import ActionTrie
 from hp_agent.envs.base import TextEnv
 from hp_agent.errors import UserValueError
-from hp_agent.envs.vector import EnvError, EnvPool, LocalPool
+from hp_agent.envs.pool import EnvError, EnvPool, LocalPool
 from hp_agent.policies import Policy, SamplingParams
 from hp_agent.trajectory import Trajectory, Turn
 

@@ -12,8 +12,9 @@ Layout of ``runs/<name>/``::
                            bf16 model: learner/ holds the training copy's and
                            the optimizer's shards instead of optimizer.pt)
 
-Every file that a kill could leave half-written is written to a temporary name and
-renamed, so a reader sees the old version or the new one, never a mix. Appended JSONL
+Every file that a kill could leave half-written is written through :mod:`hp_agent.files`,
+so a reader sees the old version or the new one, never a mix (where checkpoints live and
+which is the latest: :mod:`hp_agent.run_folder`). Appended JSONL
 files are cut back to their last complete line when a run resumes. A checkpoint's
 ``manifest.json`` holds the size and SHA-256 of each of its files, so that a resume
 finds one damaged afterwards (a truncated copy, a bad disk) and takes the one before.
@@ -35,10 +36,10 @@ from typing import Any
 import torch
 
 from hp_agent.distributed import SINGLE, Ranks, all_gather
-from hp_agent.errors import MissingPackageError, UserError, UserFileNotFoundError
-from hp_agent.lora import is_peft_model
+from hp_agent.errors import MissingPackageError, UserError
+from hp_agent.files import atomic_write_text
+from hp_agent.run_folder import checkpoint_dir, checkpoint_folders, checkpoint_step, latest_checkpoint
 
-CHECKPOINT_PREFIX = "step_"
 MANIFEST_FILE = "manifest.json"
 
 log = logging.getLogger(__name__)
@@ -50,25 +51,6 @@ class CheckpointWriteError(UserError):
 
 class CheckpointDamagedError(UserError):
     """No checkpoint of a run matches its manifest, so none can be resumed."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (UTF-8) through a temporary file and a rename."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _json_safe(value: Any) -> Any:
@@ -120,12 +102,6 @@ class JsonlLog:
         self._file.close()
 
 
-def read_jsonl_records(path: Path) -> list[dict[str, Any]]:
-    """All records of a JSONL log (raises on a malformed line)."""
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 class MetricsWriter:
     """Scalars to ``metrics.jsonl``, TensorBoard and (``wandb_project``) Weights & Biases,
     with the same names."""
@@ -167,19 +143,6 @@ def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> An
     return wandb.init(project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=config)
 
 
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{step:06d}"
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
-    pointer = run_dir / "checkpoints" / "latest"
-    if not pointer.is_file():
-        return None
-    path = run_dir / "checkpoints" / pointer.read_text().strip()
-    return path if (path / "state.pt").is_file() else None
-
-
 def resume_checkpoint(run_dir: Path) -> Path | None:
     """The newest checkpoint of a run whose files match its manifest (None: the run has none).
 
@@ -187,7 +150,7 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
     that names them and the one taken; :class:`CheckpointDamagedError` when all are damaged.
     """
     damaged = []
-    for folder in reversed(_checkpoint_folders(run_dir)):
+    for folder in reversed(checkpoint_folders(run_dir)):
         problem = checkpoint_damage(folder)
         if problem is None:
             if damaged:
@@ -239,17 +202,17 @@ def _sha256(path: Path) -> str:
 def save_checkpoint(
     run_dir: Path,
     step: int,
-    model: torch.nn.Module,
-    tokenizer: Any,
+    write_model: Callable[[Path], None],
     write_learner: Callable[[Path], None],
     state: dict[str, Any],
     keep: int,
     ranks: Ranks = SINGLE,
 ) -> Path:
-    """Write checkpoint ``step`` (model as a Hugging Face folder; a LoRA model's adapter
-    alone, see :mod:`hp_agent.lora`) and point ``latest`` at it.
+    """Write checkpoint ``step`` and point ``latest`` at it.
 
-    ``write_learner(folder)`` writes the optimizer's state (``Learner.save``); ``state``
+    ``write_model(folder)`` writes the model and tokenizer into ``folder``
+    (:func:`hp_agent.policies.lora.save_model`: a Hugging Face folder, a LoRA model's
+    adapter alone); ``write_learner(folder)`` writes the optimizer's state (``Learner.save``); ``state``
     the trainer's (step, baseline, RNG). With several ``ranks`` every rank calls this
     and ``write_learner``, which may write each rank's shards; rank 0 alone writes the
     rest and, once every rank is done, the manifest. The checkpoint is built in a
@@ -267,11 +230,7 @@ def save_checkpoint(
         tmp.mkdir(parents=True)
 
     def finish() -> None:
-        # A LoRA model writes its adapter alone; its embeddings are never resized, so peft need not
-        # look the base up on the hub to compare vocabulary sizes.
-        options = {"save_embedding_layers": False} if is_peft_model(model) else {}
-        model.save_pretrained(tmp / "model", safe_serialization=True, **options)
-        tokenizer.save_pretrained(tmp / "model")
+        write_model(tmp / "model")
         with (tmp / "state.pt").open("wb") as f:  # through Python's file, a full disk raises OSError, errno and all
             torch.save(state, f)
         write_manifest(tmp)  # last, when every rank has written its part: its presence marks a complete checkpoint
@@ -315,7 +274,7 @@ def _write_on_every_rank(write: Callable[[], None] | None, run_dir: Path, step: 
     if cause is None:
         raise RuntimeError(f"rank {rank} failed while writing checkpoint {tmp}: {description}")
     last = latest_checkpoint(run_dir)
-    good = (f"the last good checkpoint is step {int(last.name.removeprefix(CHECKPOINT_PREFIX))} ({last})" if last
+    good = (f"the last good checkpoint is step {checkpoint_step(last)} ({last})" if last
             else "there is no earlier checkpoint (a resume starts over)")
     raise CheckpointWriteError(f"could not write checkpoint {tmp} (step {step}): {cause}; removed it, {good}: "
                                f"fix that, then resume with `hp-agent train --resume {run_dir}`") from error
@@ -359,27 +318,11 @@ def _described(error: OSError) -> str:
     return os.strerror(error.errno).lower() if error.errno else str(error)
 
 
-def _checkpoint_folders(run_dir: Path) -> list[Path]:
-    """A run's checkpoint folders, oldest first."""
-    return sorted(p for p in (run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir())
-
-
 def _prune_checkpoints(run_dir: Path, keep: int) -> None:
-    for old in _checkpoint_folders(run_dir)[:-keep]:
+    for old in checkpoint_folders(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
 def load_checkpoint_state(checkpoint: Path) -> dict[str, Any]:
     """The trainer state of a checkpoint (the optimizer's: ``Learner.load``)."""
     return torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
-
-
-def model_source(path: str) -> str:
-    """A run folder resolves to its latest checkpoint's model; anything else passes through."""
-    candidate = Path(path)
-    if (candidate / "checkpoints").is_dir():
-        checkpoint = latest_checkpoint(candidate)
-        if checkpoint is None:
-            raise UserFileNotFoundError(f"run folder {path!r} has no complete checkpoint yet")
-        return str(checkpoint / "model")
-    return path

@@ -22,11 +22,12 @@ from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
 from hp_agent.errors import UserFileExistsError, UserValueError
+from hp_agent.files import atomic_folder, atomic_write_bytes
 from hp_agent.hindsight import ScoringOptions, hindsight_sequences
 from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
-from hp_agent.rollout import Episode, collect, prompt_messages
-from hp_agent.runs import atomic_write_bytes
+from hp_agent.rollout import Episode, prompt_messages
 from hp_agent.trajectory import Trajectory, read_jsonl, write_jsonl
 
 LOG_EVERY = 50  # steps per plain progress line when the output is not a terminal
@@ -177,7 +178,7 @@ def play_first_tasks(policy: Policy, env_name: str, env_kwargs: dict, limit: int
     each (seeded as an evaluation is). Its trajectories are DAgger's data (every turn keeps
     the env's expert advice: :func:`expert_label_sequences`) and the hindsight warm-up's
     (their realized futures and verdicts: :func:`hindsight_copies`)."""
-    from hp_agent.evaluate import ModelPlayer
+    from hp_agent.evaluation import ModelPlayer
 
     envs = [make(env_name, **env_kwargs) for _ in range(min(parallel_envs, limit or parallel_envs))]
     try:
@@ -279,23 +280,20 @@ def sft(
         sequences += expert_label_sequences(policy, expert_data)
 
     def save(state: WarmupState) -> None:
-        _save_model(policy, partial / ".model-new", partial / "model")
+        _save_model(policy, partial / "model")
         atomic_write_bytes(partial / "state.pt", _state_bytes({"settings": settings, "state": state}))
 
     losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress, resume, save, save_every, prompt_loss)
-    _save_model(policy, out_dir.with_name(f".tmp-{out_dir.name}"), out_dir)
+    _save_model(policy, out_dir)
     shutil.rmtree(partial, ignore_errors=True)
     return SFTResult(out_dir, steps, len(sequences), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"))
 
 
-def _save_model(policy: Policy, tmp: Path, final: Path) -> None:
-    """Write the model and tokenizer into ``tmp``, then rename it to ``final``."""
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.model.save_pretrained(tmp, safe_serialization=True)
-    policy.tokenizer.save_pretrained(tmp)
-    if final.exists():
-        shutil.rmtree(final)  # an empty --out (checked by sft) or the previous partial model
-    tmp.replace(final)
+def _save_model(policy: Policy, final: Path) -> None:
+    """Write the model and tokenizer as ``final`` (replacing an empty --out, checked by sft, or
+    the previous partial model), through a temporary folder."""
+    with atomic_folder(final, replace=True) as tmp:
+        save_model(policy.model, policy.tokenizer, tmp)
 
 
 def _state_bytes(payload: dict) -> bytes:

@@ -13,25 +13,27 @@ import resource
 import time
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from hp_agent.config import TrainConfig, load_config, save_config
-from hp_agent.credit import CreditBatch, CreditOptions, CreditRule, HistoricalBaseline, credit_breakdown, zero_turn_credit
+from hp_agent.credit import CreditBatch, CreditOptions, HistoricalBaseline, credit_breakdown, zero_turn_credit
+from hp_agent.credit_rules import CreditRule
 from hp_agent.credit_view import VIEWS_FILE, credit_view, pick_for_view
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
-from hp_agent.envs.vector import EnvPool, make_env_pool
+from hp_agent.envs.pool import EnvPool, make_env_pool
 from hp_agent.errors import UserError, UserFileExistsError, UserFileNotFoundError, UserValueError
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories, unreplayed_scores
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
-from hp_agent.lora import maybe_apply_lora
 from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.policies.lora import maybe_apply_lora, save_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, PhaseTimes, collect
-from hp_agent.runs import (JsonlLog, MetricsWriter, latest_checkpoint, load_checkpoint_state, resume_checkpoint,
-                           save_checkpoint)
+from hp_agent.run_folder import latest_checkpoint
+from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, resume_checkpoint, save_checkpoint
 from hp_agent.trajectory import Trajectory, format_token_mask
 
 
@@ -363,7 +365,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             state.step = summary.steps = step + 1
             summary.final_metrics = metrics
             if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
-                summary.checkpoint = save_checkpoint(run_dir, state.step, policy.model, policy.tokenizer, learner.save,
+                summary.checkpoint = save_checkpoint(run_dir, state.step, partial(save_model, policy.model, policy.tokenizer), learner.save,
                                                      state.state_dict(ranks), config.trainer.keep_checkpoints, ranks)
             bar.advance(1, step_status(metrics, full=not bar.terminal))
     summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]

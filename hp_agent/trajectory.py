@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hp_agent.errors import UserValueError
+from hp_agent.files import atomic_file
 
 
 @dataclass
@@ -180,15 +180,9 @@ def format_token_mask(token_texts: Sequence[str], answer_format: str | None, spe
 
 def write_jsonl(path: str | Path, trajectories: Iterable[Trajectory]) -> None:
     """Write trajectories as JSONL, atomically (a temp file renamed over ``path``)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_file(Path(path)) as f:
         for trajectory in trajectories:
             f.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_jsonl(path: str | Path) -> Iterator[Trajectory]:

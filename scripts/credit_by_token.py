@@ -14,7 +14,8 @@ import json
 
 import torch
 
-from hp_agent.credit import CREDIT_RULES, CreditOptions, HistoricalBaseline
+from hp_agent.credit import CreditOptions, HistoricalBaseline
+from hp_agent.credit_rules import CREDIT_RULES
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import load_policy
 from hp_agent.trainer import assign_credit

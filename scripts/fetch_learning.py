@@ -18,8 +18,9 @@ from pathlib import Path
 import torch
 
 import hp_agent
-from hp_agent.credit import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit, register_credit
-from hp_agent.evaluate import improvement_p_value, wilson_interval
+from hp_agent.credit import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
+from hp_agent.credit_rules import register_credit
+from hp_agent.evaluation import improvement_p_value, wilson_interval
 from hp_agent.policies import SamplingParams
 
 SAMPLING = SamplingParams(max_new_tokens=8, temperature=1.0)

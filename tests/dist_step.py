@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from hp_agent.credit import CreditOptions, HistoricalBaseline, credit_rule
+from hp_agent.credit import CreditOptions, HistoricalBaseline
+from hp_agent.credit_rules import credit_rule
 from hp_agent.distributed import init_from_env, shard
 from hp_agent.learner import Learner
 from hp_agent.policies import load_policy

@@ -294,7 +294,7 @@ def test_random_policy_is_seeded_and_expert_policy_plays(root, id_env):
 
 
 def test_scripted_evaluation_reports_per_task_type(root, tmp_path):
-    from hp_agent.evaluate import evaluate
+    from hp_agent.evaluation import evaluate
 
     register("alfworld", "hp_agent.envs.alfworld.env:AlfworldEnv", overwrite=True)
     assert isinstance(make("alfworld", split="ood", data_root=root, num_games=1), AlfworldEnv)

@@ -6,7 +6,7 @@ pytest.importorskip("alfworld", reason="alfworld is not installed (pip install -
 
 import hp_agent  # noqa: E402
 from hp_agent.envs.alfworld import data  # noqa: E402
-from hp_agent.runs import read_jsonl_records  # noqa: E402
+from hp_agent.files import read_jsonl_records  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,

@@ -19,7 +19,9 @@ import torch.multiprocessing
 import hp_agent
 from hp_agent.distributed import Ranks
 from hp_agent.errors import UserError
-from hp_agent.runs import checkpoint_damage, latest_checkpoint, read_jsonl_records, resume_checkpoint, save_checkpoint
+from hp_agent.files import read_jsonl_records
+from hp_agent.run_folder import latest_checkpoint
+from hp_agent.runs import checkpoint_damage, resume_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -135,12 +137,10 @@ def test_a_full_disk_mid_checkpoint_ends_the_run_in_one_line_and_leaves_it_resum
     assert latest_checkpoint(run).name == "step_000002"
 
 
-class _Saved:
-    """Stands in for a model and a tokenizer: save_pretrained writes one file."""
-
-    def save_pretrained(self, folder: Path, **options) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "weights").write_bytes(b"w")
+def _write_model(folder: Path) -> None:
+    """Stands in for a model and its tokenizer: writes one file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "weights").write_bytes(b"w")
 
 
 def _two_checkpoints(rank: int, store: str, run: Path, failing_rank: int, error: Exception, outcomes: Path) -> None:
@@ -157,7 +157,7 @@ def _two_checkpoints(rank: int, store: str, run: Path, failing_rank: int, error:
 
     try:
         for step in (1, 2):
-            save_checkpoint(run, step, _Saved(), _Saved(), shards(step), {"step": step}, keep=2, ranks=Ranks(rank, 2))
+            save_checkpoint(run, step, _write_model, shards(step), {"step": step}, keep=2, ranks=Ranks(rank, 2))
         outcome = "saved"
     except Exception as raised:
         outcome = f"{type(raised).__name__}: {raised}"

@@ -31,7 +31,8 @@ def test_user_errors_print_one_line_naming_the_value_and_the_valid_ones(argument
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, arguments)
     assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
     message = " ".join(result.output.split())
     assert message.startswith("error:"), message
     for text in named:

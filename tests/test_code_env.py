@@ -17,7 +17,7 @@ from hp_agent.envs.code.families.reference import functional_problem, stdin_prob
 from hp_agent.envs.code.jsonl import load_jsonl_tasks
 from hp_agent.envs.code.tasks import PUBLIC_TESTS, CodeTask, builtin_tasks
 from hp_agent.envs.generated import split_of
-from hp_agent.runs import read_jsonl_records
+from hp_agent.files import read_jsonl_records
 from hp_agent.verifiers.code import (
     NO_CODE_FEEDBACK,
     TestCase,

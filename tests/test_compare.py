@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-import hp_agent.compare as compare
-from hp_agent.compare import CompareConfig, load_compare_config, run_compare
+import hp_agent.reports.compare as compare
+from hp_agent.reports.compare import run_compare
+from hp_agent.reports.compare_config import CompareConfig, load_compare_config
 from hp_agent.config import ConfigError
 
 # Mechanics on the single-step toy task with the embedded (untrained) model: 2 steps,

@@ -19,7 +19,7 @@ from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.parallel import ActionLogprobs
 from hp_agent.policies import SamplingParams
 from hp_agent.rollout import Episode, collect
-from hp_agent.runs import read_jsonl_records
+from hp_agent.files import read_jsonl_records
 from hp_agent.verifiers import Verdict
 from hp_agent.batching import pad_right
 
@@ -150,7 +150,7 @@ def test_both_methods_train_a_step_restricted(tmp_path, algo):
 
 
 def test_evaluation_restricted_to_admissible_actions_plays_none_invalid(_private_cache):
-    from hp_agent.evaluate import evaluate
+    from hp_agent.evaluation import evaluate
 
     sampling = SamplingParams(max_new_tokens=8)
     free = evaluate(env="fetch", model="tiny", limit=9, sampling=sampling, parallel_envs=9)

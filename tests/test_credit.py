@@ -8,24 +8,22 @@ import torch
 from scipy.spatial.distance import jensenshannon
 
 from hp_agent.credit import (
-    CREDIT_RULES,
     CreditBatch,
     CreditOptions,
     HistoricalBaseline,
     chunked_jsd_from_logits,
     chunked_logprobs,
     credit_breakdown,
-    credit_rule,
     grpo_advantages,
     grpo_credit,
     hp_rlvr_credit,
     jsd_from_logits,
     jsd_weights_from_hidden,
     normalize_weights,
-    register_credit,
     reinforce_credit,
     zero_turn_credit,
 )
+from hp_agent.credit_rules import CREDIT_RULES, credit_rule, register_credit
 from hp_agent.learner import clipped_policy_loss
 
 INF = float("inf")

@@ -20,7 +20,7 @@ if HERE not in sys.path:  # pytest's default import mode puts tests/ there alrea
 import pool_envs  # noqa: E402  (workers import it by the spec below; they inherit sys.path)
 
 from hp_agent.envs import make  # noqa: E402
-from hp_agent.envs.vector import EnvError, LocalPool, WorkerPool, make_env_pool  # noqa: E402
+from hp_agent.envs.pool import EnvError, LocalPool, WorkerPool, make_env_pool  # noqa: E402
 from hp_agent.policies import SamplingParams  # noqa: E402
 from hp_agent.rollout import Episode, PhaseTimes, collect  # noqa: E402
 
@@ -206,7 +206,7 @@ def test_in_process_pool_and_start_errors():
 def test_workers_exit_when_the_parent_dies():
     script = (
         "import os, signal, sys\n"
-        "from hp_agent.envs.vector import make_env_pool\n"
+        "from hp_agent.envs.pool import make_env_pool\n"
         f"pool = make_env_pool({SCRIPTED!r}, 2, num_workers=2)\n"
         "print(*pool.worker_pids(), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"

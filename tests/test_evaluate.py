@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from hp_agent.evaluate import EvalResult, change_lines, improvement_p_value, pass_at_k, score, wilson_interval
+from hp_agent.evaluation import EvalResult, change_lines, improvement_p_value, pass_at_k, score, wilson_interval
 from hp_agent.trajectory import Trajectory
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hp_agent import TextEnv, Verdict
-from hp_agent.credit import CREDIT_RULES, CreditOptions, HistoricalBaseline, credit_rule, register_credit
+from hp_agent.credit import CreditOptions, HistoricalBaseline
+from hp_agent.credit_rules import CREDIT_RULES, credit_rule, register_credit
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.learner import Learner, TrainingSample, clipped_policy_loss

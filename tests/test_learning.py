@@ -37,8 +37,9 @@ import torch
 from filelock import FileLock
 
 import hp_agent
-from hp_agent.credit import CREDIT_RULES, CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit, register_credit
-from hp_agent.evaluate import improvement_p_value
+from hp_agent.credit import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
+from hp_agent.credit_rules import CREDIT_RULES, register_credit
+from hp_agent.evaluation import improvement_p_value
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.sft import demonstration_sequences, supervised_warmup
 
@@ -80,7 +81,7 @@ def improved(before_successes: int, before_n: int, after_successes: int, after_n
 
     Two conditions, both required:
 
-    * significance: :func:`hp_agent.evaluate.improvement_p_value` (a one-sided
+    * significance: :func:`hp_agent.evaluation.improvement_p_value` (a one-sided
       two-proportion z-test) rejects "after <= before" at level ``alpha`` (0.01);
     * size: the absolute gain is at least ``min_gain`` (0.15). With about 250 held-out
       episodes per evaluation the standard error of a difference of two rates near 0.5 is

@@ -3,6 +3,7 @@ folder and the adapter checkpoint give the adapter model's logits; a resumed run
 with the same adapter and optimizer state."""
 
 import json
+from functools import partial
 
 import pytest
 import torch
@@ -10,9 +11,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hp_agent.config import ModelConfig, load_config
 from hp_agent.learner import Learner, TrainingSample
-from hp_agent.lora import is_peft_model, maybe_apply_lora, merge_adapter, merged_model_folder, merged_state_dict
+from hp_agent.policies.lora import (
+    is_peft_model,
+    maybe_apply_lora,
+    merge_adapter,
+    merged_model_folder,
+    merged_state_dict,
+    save_model,
+)
 from hp_agent.policies import SamplingParams, load_policy
-from hp_agent.runs import latest_checkpoint, model_source, save_checkpoint
+from hp_agent.run_folder import latest_checkpoint, model_source
+from hp_agent.runs import save_checkpoint
 
 LORA = ModelConfig(lora_rank=4)
 
@@ -104,7 +113,7 @@ def test_merged_folder_loads_in_transformers_with_the_adapter_models_logits(trai
 def test_checkpoint_holds_only_the_adapter_and_loads_back_merged(trained, tmp_path):
     policy, learner, _, _, ids = trained
     run = tmp_path / "run"
-    save_checkpoint(run, 1, policy.model, policy.tokenizer, learner.save, {"step": 1}, keep=2)
+    save_checkpoint(run, 1, partial(save_model, policy.model, policy.tokenizer), learner.save, {"step": 1}, keep=2)
     folder = latest_checkpoint(run) / "model"
     assert (folder / "adapter_config.json").is_file() and (folder / "adapter_model.safetensors").is_file()
     assert not (folder / "config.json").exists() and not list(folder.glob("model*.safetensors"))
@@ -127,7 +136,7 @@ def test_checkpoint_holds_only_the_adapter_and_loads_back_merged(trained, tmp_pa
 
 def test_resume_from_a_lora_checkpoint_continues_the_same_adapter(trained, tmp_path):
     policy, learner, base_state, _, _ = trained
-    checkpoint = save_checkpoint(tmp_path / "run", 1, policy.model, policy.tokenizer, learner.save, {"step": 1}, keep=2)
+    checkpoint = save_checkpoint(tmp_path / "run", 1, partial(save_model, policy.model, policy.tokenizer), learner.save, {"step": 1}, keep=2)
     resumed = maybe_apply_lora(load_policy(str(checkpoint / "model")), LORA)
     assert is_peft_model(resumed.model)
     names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
@@ -146,7 +155,7 @@ def test_resume_from_a_lora_checkpoint_continues_the_same_adapter(trained, tmp_p
 
 def test_an_adapter_with_other_settings_is_refused_and_a_plain_model_has_nothing_to_merge(trained, tmp_path):
     policy, learner, _, _, _ = trained
-    checkpoint = save_checkpoint(tmp_path / "run", 1, policy.model, policy.tokenizer, learner.save, {"step": 1}, keep=2)
+    checkpoint = save_checkpoint(tmp_path / "run", 1, partial(save_model, policy.model, policy.tokenizer), learner.save, {"step": 1}, keep=2)
     with pytest.raises(ValueError, match="lora_rank 4 .adapter. vs 8 .config.*merge-lora"):
         maybe_apply_lora(load_policy(str(checkpoint / "model")), ModelConfig(lora_rank=8))
     with pytest.raises(ValueError, match="not a LoRA adapter"):
@@ -157,7 +166,7 @@ def test_config_keys():
     config = load_config(overrides=["model.lora_rank=8", "model.lora_target_modules=[q_proj, v_proj]"])
     assert config.model.lora_rank == 8 and config.model.lora_target_modules == ["q_proj", "v_proj"]
     assert ModelConfig().lora_rank == 0 and "down_proj" in ModelConfig().lora_target_modules
-    from hp_agent.lora import lora_config
+    from hp_agent.policies.lora import lora_config
 
     assert lora_config(config.model).lora_alpha == 16  # default alpha: 2 r
 

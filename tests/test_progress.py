@@ -9,7 +9,7 @@ import pytest
 
 import hp_agent
 from hp_agent.progress import LoopProgress
-from hp_agent.runs import read_jsonl_records
+from hp_agent.files import read_jsonl_records
 
 
 def test_plain_lines_come_every_n_items_and_at_the_last(capsys):

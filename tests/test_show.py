@@ -16,8 +16,9 @@ import pytest
 import hp_agent
 from hp_agent.credit_view import VIEWS_FILE, pick_for_view
 from hp_agent.hindsight import BLOCK_HEADER
-from hp_agent.runs import JsonlLog, read_jsonl_records
-from hp_agent.show import write_page
+from hp_agent.files import read_jsonl_records
+from hp_agent.runs import JsonlLog
+from hp_agent.reports.show import write_page
 
 pytestmark = pytest.mark.slow
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -157,7 +158,7 @@ def test_the_page_in_headless_chromium_shades_tokens_and_shows_both_views_on_hov
 
 
 def test_report_overlays_runs_in_figures_and_a_page(runs, tmp_path):
-    from hp_agent.report import write_report
+    from hp_agent.reports.report import write_report
 
     page = write_report([runs["hp-rlvr"], runs["grpo"]], tmp_path / "report")
     assert sorted(p.name for p in (tmp_path / "report").iterdir()) == [

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 import hp_agent
-from hp_agent.runs import latest_checkpoint, model_source, read_jsonl_records
+from hp_agent.files import read_jsonl_records
+from hp_agent.run_folder import latest_checkpoint, model_source
 
 pytestmark = pytest.mark.slow
 
@@ -141,7 +142,7 @@ def test_a_run_that_fails_mid_step_leaves_no_worker_process(tmp_path):
     """Env workers and log files are closed when a step raises, not only at the end."""
     import multiprocessing
 
-    from hp_agent.credit import CREDIT_RULES, register_credit
+    from hp_agent.credit_rules import CREDIT_RULES, register_credit
 
     def failing_rule(batch, options):
         raise RuntimeError("credit rule failed on purpose")

@@ -73,8 +73,10 @@ class TextEnv(gym.Env[str, str]):
     env reads as an action, ``{action}`` standing for it (ALFWorld's ``<action>{action}</action>``),
     which restricted decoding (``rollout.constrain_to_admissible``) makes each response.
 
-    Evaluation reads three more: ``eval_split`` (the held-out split scored when none is
-    named; ``None``: the constructor's default), ``task_type_order`` (the order results per
+    Evaluation reads five more: ``eval_split`` (the held-out split scored when none is
+    named; ``None``: the constructor's default), ``compare_splits`` (the held-out splits
+    ``hp-agent compare`` scores; empty: ``eval_split`` alone), ``eval_samples`` (samples per
+    task there: Avg@k and Pass@k for k > 1), ``task_type_order`` (the order results per
     task type are reported in; others follow alphabetically) and ``limit_argument`` (the
     constructor argument that builds only the first N tasks, so that an evaluation of N
     tasks prepares no more; ``None`` when building all is cheap).
@@ -86,6 +88,8 @@ class TextEnv(gym.Env[str, str]):
     answer_format: ClassVar[str | None] = None
     action_template: ClassVar[str] = "{action}"
     eval_split: ClassVar[str | None] = None
+    compare_splits: ClassVar[tuple[str, ...]] = ()
+    eval_samples: ClassVar[int] = 1
     task_type_order: ClassVar[tuple[str, ...]] = ()
     limit_argument: ClassVar[str | None] = None
     max_turns: int = 1

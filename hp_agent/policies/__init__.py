@@ -28,6 +28,13 @@ class SamplingParams:
     top_p: float = 1.0
     greedy: bool = False
 
+    def __post_init__(self) -> None:
+        if not self.greedy and not self.temperature > 0:
+            raise ValueError(f"SamplingParams: temperature must be > 0, got {self.temperature}; "
+                             "for greedy decoding pass greedy=True")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams: top_p must be in (0, 1], got {self.top_p}")
+
 
 @dataclass
 class Generation:
@@ -122,7 +129,7 @@ def load_policy(
     from importlib import import_module
 
     from hp_agent.policies.resolve import resolve_model
-    from hp_agent.runs import model_source
+    from hp_agent.run_folder import model_source
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown policy backend {backend!r}; valid backends: {', '.join(sorted(BACKENDS))}")

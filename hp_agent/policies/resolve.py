@@ -62,7 +62,7 @@ def resolve_model(name: str) -> Path:
 
     ``name`` is ``"tiny"`` or another embedded variant (``TINY_VARIANTS``, built on first use), a model a
     package ships (``PACKAGED_MODELS``, ``"smollm2-135m"``: converted on first use), a local folder with
-    a ``config.json`` (or a LoRA adapter folder, with ``adapter_config.json``: :mod:`hp_agent.lora`),
+    a ``config.json`` (or a LoRA adapter folder, with ``adapter_config.json``: :mod:`hp_agent.policies.lora`),
     or a hub id such as ``"Qwen/Qwen3-8B"`` that must already be in the Hugging Face cache.
     Raises :class:`ModelNotFoundError` when the model cannot be found locally and
     ``ValueError`` for a folder without ``config.json``.

@@ -171,6 +171,7 @@ class AlfworldEnv(TextEnv):
     answer_format: ClassVar[str | None] = r"</?action>|</?think>"
     action_template: ClassVar[str] = "<action>{action}</action>"
     eval_split: ClassVar[str | None] = "id"
+    compare_splits: ClassVar[tuple[str, ...]] = ("id", "ood")  # in and out of distribution, as the paper reports
     task_type_order: ClassVar[tuple[str, ...]] = SHORT_TASK_TYPES
     limit_argument: ClassVar[str | None] = "num_games"  # synthesized games are built on first use
     # Prompts for the tokenizer corpus: games played and steps taken per game.

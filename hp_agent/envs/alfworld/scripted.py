@@ -9,7 +9,7 @@
 Each answers ``<action>...</action>`` so its output goes through the same parsing as a
 model's. :func:`play_episodes` drives any of them through the env API and returns
 :class:`~hp_agent.trajectory.Trajectory` records (no token ids) that
-:mod:`hp_agent.evaluate` scores like a model's.
+:mod:`hp_agent.evaluation` scores like a model's.
 """
 
 from __future__ import annotations

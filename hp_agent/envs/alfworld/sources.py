@@ -98,7 +98,7 @@ def ensure_synthesized(split: str, num_games: int | None = None, workers: int | 
     unless an earlier build already asked for at least that many; returns the root."""
     from hp_agent.envs.alfworld.build import DEFAULT_SYNTH_COUNTS, build_games
     from hp_agent.envs.alfworld.synth import split_folder
-    from hp_agent.runs import atomic_write_text
+    from hp_agent.files import atomic_write_text
 
     folder = split_folder(split)
     wanted = num_games or DEFAULT_SYNTH_COUNTS[{"valid_seen": "id", "valid_unseen": "ood"}.get(folder, folder)]

@@ -48,7 +48,7 @@ import textworld.envs.pddl.textgen as textgen
 import textworld.logic as tw_logic
 
 from hp_agent.paths import cache_root
-from hp_agent.runs import atomic_write_bytes
+from hp_agent.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

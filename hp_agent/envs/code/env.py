@@ -44,6 +44,7 @@ class CodeEnv(SingleStepTaskEnv):
         "Solve the programming problem in Python 3. Reply with the complete program in one ```python code block."
     )
     answer_format: ClassVar[str | None] = r"```(?:python|py)?"
+    eval_samples: ClassVar[int] = 8  # Pass@1 (Avg@8) and Pass@8, as the paper reports code
     _tasks: dict[str, CodeTask]
 
     def __init__(self, split: str = "train", data: str | Path | None = None, num_tasks: int | None = None,

@@ -25,7 +25,7 @@ from hp_agent.errors import UserValueError
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, collect
-from hp_agent.runs import atomic_write_text
+from hp_agent.files import atomic_write_text
 from hp_agent.trajectory import Trajectory
 
 

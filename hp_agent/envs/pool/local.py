@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hp_agent.envs.base import TextEnv
-from hp_agent.envs.pool_base import EnvAttributes, EnvPool, Request, Result, build_env, call_env, require_slots
+from hp_agent.envs.pool.base import EnvAttributes, EnvPool, Request, Result, build_env, call_env, require_slots
 
 
 class LocalPool(EnvPool):

@@ -3,7 +3,7 @@
 Workers run concurrently; the slots of one worker run one after another in it, in
 request order. Every call has a deadline, so the pool never waits for a hung worker: a
 worker that dies or overruns is killed and restarted with fresh envs (see
-:mod:`hp_agent.envs.vector` for what callers see then).
+:mod:`hp_agent.envs.pool` for what callers see then).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pickle
 import time
 from multiprocessing.connection import wait
 
-from hp_agent.envs.pool_base import EnvAttributes, EnvError, EnvPool, Request, Result, require_slots
-from hp_agent.envs.pool_process import GRACE_S, Worker
+from hp_agent.envs.pool.base import EnvAttributes, EnvError, EnvPool, Request, Result, require_slots
+from hp_agent.envs.pool.process import GRACE_S, Worker
 
 log = logging.getLogger(__name__)
 

@@ -20,18 +20,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hp_agent.compare_report import save_figure
+from hp_agent.reports.compare_report import save_figure
 from hp_agent.credit_view import VIEWS_FILE
 from hp_agent.errors import UserFileNotFoundError, UserValueError
-from hp_agent.runs import atomic_write_text, read_jsonl_records
+from hp_agent.files import atomic_write_text, read_jsonl_records
 
 FINAL_KEYS = ("rollout/reward_mean", "rollout/success_rate", "train/grad_norm", "train/zero_grad_records_total",
               "train/grad_records_total", "time/total")
-
-
-def _read(run: Path, name: str) -> list[dict[str, Any]]:
-    path = run / name
-    return read_jsonl_records(path) if path.is_file() else []
 
 
 def _check_runs(runs: list[Path]) -> list[Path]:
@@ -49,7 +44,7 @@ def _check_runs(runs: list[Path]) -> list[Path]:
 def _curves(runs: list[Path], plt: Any) -> Any:
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.4), sharey="row")
     for run in runs:
-        metrics = _read(run, "metrics.jsonl")
+        metrics = read_jsonl_records(run / "metrics.jsonl", missing_ok=True)
         steps = [m["step"] for m in metrics]
         wall, total = [], 0.0
         for m in metrics:
@@ -69,7 +64,7 @@ def _phases(runs: list[Path], plt: Any) -> Any:
     sums = []
     for run in runs:
         totals: dict[str, float] = {}
-        for m in _read(run, "metrics.jsonl"):
+        for m in read_jsonl_records(run / "metrics.jsonl", missing_ok=True):
             for key, value in m.items():
                 if key.startswith("time/") and key != "time/total":
                     totals[key.removeprefix("time/")] = totals.get(key.removeprefix("time/"), 0.0) + value
@@ -89,7 +84,7 @@ def _phases(runs: list[Path], plt: Any) -> Any:
 def _grad_norms(runs: list[Path], plt: Any) -> Any:
     figure, axis = plt.subplots(figsize=(9, 3.4))
     for run in runs:
-        records = _read(run, "grad_norms.jsonl")
+        records = read_jsonl_records(run / "grad_norms.jsonl", missing_ok=True)
         norms = [r["grad_norm"] for r in records]
         (line,) = axis.plot(range(len(norms)), norms, marker=".", linewidth=0.8, label=run.name)
         zeros = [i for i, norm in enumerate(norms) if norm == 0.0]
@@ -105,7 +100,7 @@ def _jsd_weights(runs: list[Path], plt: Any) -> Any | None:
     weighted = []
     for run in runs:
         kinds: dict[str, list[float]] = {"success": [], "failure": []}
-        for view in _read(run, VIEWS_FILE):
+        for view in read_jsonl_records(run / VIEWS_FILE, missing_ok=True):
             for turn in view["turns"]:
                 kinds["success" if view["success"] else "failure"] += [t["weight"] for t in turn["tokens"]
                                                                        if t["weight"] is not None]
@@ -125,7 +120,7 @@ def _jsd_weights(runs: list[Path], plt: Any) -> Any | None:
 
 
 def _run_section(run: Path) -> str:
-    metrics = _read(run, "metrics.jsonl")
+    metrics = read_jsonl_records(run / "metrics.jsonl", missing_ok=True)
     final = metrics[-1] if metrics else {}
     rows = "".join(f"<tr><td>{html.escape(key)}</td><td>{final[key]:.4g}</td></tr>" for key in FINAL_KEYS if key in final)
     evaluation = ""

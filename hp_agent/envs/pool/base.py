@@ -1,10 +1,10 @@
 """The env pool protocol, and what its two implementations share.
 
 :class:`EnvPool` is all that rollout, the trainer and the bench use of a pool. Its two
-implementations, :class:`~hp_agent.envs.pool_local.LocalPool` (envs in this process) and
-:class:`~hp_agent.envs.pool_workers.WorkerPool` (envs in worker processes), subclass it
+implementations, :class:`~hp_agent.envs.pool.local.LocalPool` (envs in this process) and
+:class:`~hp_agent.envs.pool.workers.WorkerPool` (envs in worker processes), subclass it
 to share the code below: slot layout, request checks, the env attributes and their
-meaning. :mod:`hp_agent.envs.vector` documents the pools and picks one.
+meaning. :mod:`hp_agent.envs.pool` documents the pools and picks one.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 
 from hp_agent.credit_view import VIEWS_FILE
 from hp_agent.errors import UserFileNotFoundError, UserValueError
-from hp_agent.runs import atomic_write_text, read_jsonl_records
+from hp_agent.files import atomic_write_text, read_jsonl_records
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 24rem 3rem 1.5rem; color: #222; }

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from hp_agent.envs.base import TextEnv
-from hp_agent.envs.pool_base import EnvAttributes, EnvError, build_env, call_env
+from hp_agent.envs.pool.base import EnvAttributes, EnvError, build_env, call_env
 
 GRACE_S = 5.0  # how long a closing worker may take to close its envs before it is killed
 

@@ -30,7 +30,7 @@ share a worker's caches (an ALFWorld game is translated once).
   ``EnvStateLost`` until that slot is reset. The pool itself never waits without a deadline.
 * ``system_prompt``, ``answer_format``, ``reward_bounds`` and ``task_ids()`` are read once,
   from the first env; ``max_turns`` is the most that any env of the pool allows
-  (:class:`~hp_agent.envs.pool_base.EnvAttributes`).
+  (:class:`~hp_agent.envs.pool.base.EnvAttributes`).
 * Workers are daemonic, ignore Ctrl-C (the parent handles it) and exit when their pipe
   to the parent closes: on ``close()``, or when the parent dies. Use ``with make_env_pool(...)``.
 """
@@ -41,9 +41,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from hp_agent.envs.base import TextEnv
-from hp_agent.envs.pool_base import EnvError, EnvPool
-from hp_agent.envs.pool_local import LocalPool
-from hp_agent.envs.pool_workers import WorkerPool
+from hp_agent.envs.pool.base import EnvError, EnvPool
+from hp_agent.envs.pool.local import LocalPool
+from hp_agent.envs.pool.workers import WorkerPool
 
 __all__ = ["EnvError", "EnvPool", "LocalPool", "WorkerPool", "make_env_pool"]
 

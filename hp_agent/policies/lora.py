@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hp_agent.errors import UserFileExistsError, UserValueError
+from hp_agent.files import atomic_folder
+from hp_agent.run_folder import model_source
 
 if TYPE_CHECKING:
     from hp_agent.config import ModelConfig
@@ -96,7 +96,6 @@ def base_reference(name: str, loaded_from: Path) -> str:
 def adapter_base_folder(adapter_dir: str | Path) -> Path:
     """The local folder of the base model an adapter folder was trained on."""
     from hp_agent.policies.resolve import resolve_model
-    from hp_agent.runs import model_source
 
     config = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text())
     base = config.get("base_model_name_or_path")
@@ -198,20 +197,23 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return merged
 
 
+def save_model(model: torch.nn.Module, tokenizer: Any, folder: Path) -> None:
+    """Write ``model`` and ``tokenizer`` into ``folder``: a Hugging Face model folder, or a
+    LoRA model's adapter alone."""
+    # Its embeddings are never resized, so peft need not look the base up on the hub to compare vocabulary sizes.
+    options = {"save_embedding_layers": False} if is_peft_model(model) else {}
+    model.save_pretrained(folder, safe_serialization=True, **options)
+    tokenizer.save_pretrained(folder)
+
+
 def _write_folder(out_dir: Path, write: Callable[[Path], None]) -> Path:
-    """Run ``write`` on a temporary sibling folder, then rename it to ``out_dir`` (which
-    must not exist or be empty): a reader never sees a half-written folder."""
+    """Run ``write`` on a temporary folder renamed to ``out_dir`` (which must not exist or be
+    empty): a reader never sees a half-written folder."""
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserFileExistsError(f"{str(out_dir)!r} exists and is not an empty folder; pick another --out")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_folder(out_dir) as tmp:
         write(tmp)
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 
@@ -239,8 +241,6 @@ def merge_adapter(source: str | Path, out_dir: str | Path) -> Path:
     (in the base's saved dtype, with the adapter folder's tokenizer). Returns ``out_dir``."""
     from transformers import AutoTokenizer
 
-    from hp_agent.runs import model_source
-
     folder = Path(model_source(str(source)))
     if not is_adapter_folder(folder):
         raise UserValueError(
@@ -251,8 +251,4 @@ def merge_adapter(source: str | Path, out_dir: str | Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(folder if has_tokenizer else adapter_base_folder(folder))
     model = load_adapter_model(folder, dtype="auto", merge=True)
 
-    def write(tmp: Path) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-
-    return _write_folder(Path(out_dir), write)
+    return _write_folder(Path(out_dir), lambda tmp: save_model(model, tokenizer, tmp))

@@ -1,5 +1,5 @@
 """What a comparison measured: ``summary.json``, ``report.md`` (the paper's Tables 1, 2, 3
-and 5) and figures, all read back from the comparison's folder (see :mod:`hp_agent.compare`).
+and 5) and figures, all read back from the comparison's folder (see :mod:`hp_agent.reports.compare`).
 
 Wall time is the trainer's own per-step time (``time/total``, summed over the steps of
 the run) and CPU time its per-step CPU time (``cpu/step_s``: the trainer process and its
@@ -12,12 +12,11 @@ zero-gradient record one whose own contribution to that step's gradient was exac
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from hp_agent.compare import CompareConfig, read_evaluations, read_start_evaluation
-from hp_agent.runs import atomic_write_text, read_jsonl_records
+from hp_agent.reports.compare_config import CompareConfig, read_evaluations, read_start_evaluation
+from hp_agent.files import atomic_file, atomic_write_text, read_jsonl_records
 
 # Table 2's phases: (name in the paper, the trainer's timer).
 PHASES: tuple[tuple[str, str], ...] = (
@@ -30,10 +29,6 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("credit viewer", "time/views"),  # off in comparisons; here so that the phases always add up to time/total
     ("residual", "time/residual"),
 )
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return read_jsonl_records(path) if path.is_file() else []
 
 
 def _scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -50,8 +45,8 @@ def _scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def summarize_method(config: CompareConfig, method: str) -> dict[str, Any]:
     run_dir = config.run_dir(method)
-    steps = _records(run_dir / "metrics.jsonl")
-    grads = _records(run_dir / "grad_norms.jsonl")
+    steps = read_jsonl_records(run_dir / "metrics.jsonl", missing_ok=True)
+    grads = read_jsonl_records(run_dir / "grad_norms.jsonl", missing_ok=True)
     wall_before: dict[int, float] = {}  # training wall time spent before each step
     total = 0.0
     for row in sorted(steps, key=lambda r: r["step"]):
@@ -198,10 +193,9 @@ def save_figure(figure: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    figure.savefig(tmp, dpi=100)
+    with atomic_file(path, "wb") as f:
+        figure.savefig(f, format="png", dpi=100)
     plt.close(figure)
-    os.replace(tmp, path)
     return path
 
 
