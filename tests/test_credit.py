@@ -209,6 +209,9 @@ def test_credit_rules_are_registered_by_name():
     assert {"hp-rlvr", "grpo", "reinforce"} <= set(CREDIT_RULES)
     assert credit_rule("hp-rlvr").hindsight and not credit_rule("grpo").hindsight
     assert credit_rule("grpo").group_size == 8 and credit_rule("grpo").min_group_size == 2
+    # the registry names the built-in rules without importing torch; each resolves to its function
+    assert credit_rule("hp-rlvr").fn is hp_rlvr_credit and credit_rule("grpo").fn is grpo_credit
+    assert credit_rule("reinforce").fn is reinforce_credit
     with pytest.raises(KeyError, match="unknown credit rule 'ppo'; registered: .*grpo, hp-rlvr"):
         credit_rule("ppo")
 
