@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from hp_agent.batching import span_hidden_states
-from hp_agent.hindsight import ScoringOptions, hindsight_blocks, hindsight_ids
+from hp_agent.hindsight import ScoringOptions, hindsight_blocks, hindsight_ids, hindsight_span
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Trajectory
 
@@ -73,7 +73,7 @@ def credit_view(
     if weights is not None:
         blocks = hindsight_blocks(policy, trajectory, options)
         sequences = [hindsight_ids(policy, trajectory, segment, block) for segment, block in blocks]
-        spans = [(len(ids) - (segment.end - segment.start), len(ids)) for (segment, _), ids in zip(blocks, sequences)]
+        spans = [hindsight_span(segment, ids) for (segment, _), ids in zip(blocks, sequences)]
         for (segment, block), hidden in zip(blocks, span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)):
             action = turns[segment.turn].action_ids[segment.start : segment.end]
             hindsight[segment.turn][segment.start : segment.end] = _top_tokens(policy, project(hidden), action, top_k)

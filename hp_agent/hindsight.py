@@ -173,6 +173,11 @@ def hindsight_ids(policy: Policy, trajectory: Trajectory, segment: Segment, bloc
     return policy.render(hindsight_messages(turn.prompt_messages, block)) + turn.action_ids[: segment.end]
 
 
+def hindsight_span(segment: Segment, ids: list[int]) -> tuple[int, int]:
+    """Where ``segment``'s action tokens lie in its hindsight ``ids``: at the end (:func:`hindsight_ids`)."""
+    return len(ids) - (segment.end - segment.start), len(ids)
+
+
 def hindsight_sequences(
     policy: Policy, trajectories: list[Trajectory], options: ScoringOptions
 ) -> list[tuple[int, Segment, list[int]]]:
@@ -210,7 +215,7 @@ def score_trajectories(
     spans = [(len(turn.prompt_ids), len(seq)) for turn, seq in zip(turns, sequences)]
     hindsight = hindsight_sequences(policy, trajectories, options) if with_hindsight else []
     sequences += [seq for _, _, seq in hindsight]
-    spans += [(len(seq) - (segment.end - segment.start), len(seq)) for _, segment, seq in hindsight]
+    spans += [hindsight_span(segment, seq) for _, segment, seq in hindsight]
     hidden = _hidden_states(policy, sequences, spans, options)
     causal_hidden = dict(zip(turn_keys, hidden[: len(turn_keys)]))
     device = hidden[0].device

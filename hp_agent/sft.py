@@ -22,7 +22,7 @@ from hp_agent.batching import span_hidden_states
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
 from hp_agent.errors import UserFileExistsError, UserValueError
-from hp_agent.hindsight import ScoringOptions, hindsight_sequences
+from hp_agent.hindsight import ScoringOptions, hindsight_sequences, hindsight_span
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, collect, prompt_messages
@@ -211,7 +211,7 @@ def _batch_loss(policy: Policy, batch: list[tuple[list[int], int]], pad_id: int,
 def hindsight_copies(policy: Policy, trajectories: list[Trajectory], options: ScoringOptions) -> list[tuple[list[int], int]]:
     """Every segment of every trajectory with its privileged block, as the hindsight scorer
     renders it: (hindsight prompt + segment ids, segment start)."""
-    return [(ids, len(ids) - (segment.end - segment.start)) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
+    return [(ids, hindsight_span(segment, ids)[0]) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
 
 
 def sft(

@@ -300,7 +300,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     # --- the loop ------------------------------------------------------------------
     with LoopProgress("train", config.trainer.steps, enabled=progress, completed=state.step) as bar:
         for step in range(state.step, config.trainer.steps):
-            step_start, cpu_start = time.perf_counter(), _cpu_seconds(envs)
+            step_start, cpu_start = time.perf_counter(), _cpu_seconds_with_workers(envs)
             times = PhaseTimes()
 
             # 1. rollout: P prompts, G samples each (this rank's P / W of them; seeds as one process's)
@@ -354,7 +354,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             metrics["time/residual"] = max(total - sum(times.seconds.values()), 0.0)
             metrics["time/total"] = total
             # a restarted worker restarts its count; with several ranks, all of them
-            metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds(envs) - cpu_start, 0.0)], ranks)[0]
+            metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds_with_workers(envs) - cpu_start, 0.0)], ranks)[0]
             if torch.cuda.is_available() and policy.device.type == "cuda":  # rank 0's device, since the run started
                 free_bytes, device_bytes = torch.cuda.mem_get_info(policy.device)
                 metrics["gpu/peak_memory_gib"] = torch.cuda.max_memory_allocated(policy.device) / (1 << 30)  # torch's allocator
@@ -408,7 +408,7 @@ def _env_pool(config: TrainConfig, num_envs: int) -> EnvPool:
                          step_timeout=config.env.step_timeout, reset_timeout=config.env.reset_timeout)
 
 
-def _cpu_seconds(envs: EnvPool) -> float:
+def _cpu_seconds_with_workers(envs: EnvPool) -> float:
     """CPU seconds used so far by this process (all threads) and the pool's env workers."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     return own.ru_utime + own.ru_stime + envs.worker_cpu_seconds()
