@@ -137,6 +137,10 @@ class HindsightConfig(_Section):
         description="Score packed: sequences sharing a prefix (a turn and its segments' hindsight contexts) in one "
         "prefix-tree row, the prefix computed once; false: the per-segment reference scorer (same numbers, slower).",
     )
+    compile_jsd: bool = Field(
+        False, description="Run the JSD chunk kernel through torch.compile (faster per chunk at a large vocabulary, "
+        "after a one-off compile; see bench/jsd_memory.py)."
+    )
 
 
 class BaselineConfig(_Section):

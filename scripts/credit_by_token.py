@@ -35,7 +35,7 @@ def main() -> None:
     credit_of: dict[tuple[int, str, bool], list[float]] = collections.defaultdict(list)
     for step in range(args.steps):
         trajectories = [Trajectory.from_dict({k: v for k, v in r.items() if k != "step"}) for r in records if r["step"] == step]
-        scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+        scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
         samples, _ = assign_credit(trajectories, scores, rule, CreditOptions(), baseline)
         for trajectory, turns in zip(trajectories, samples):
             for turn, sample in zip(trajectory.turns, turns):

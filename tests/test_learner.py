@@ -39,7 +39,7 @@ def _credit(trajectories, scores, algo="hp-rlvr", baseline=None):
 
 def test_learner_trains_on_the_sampled_token_ids(policy):
     trajectories = _rollouts(policy)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     assert len(samples) == len(trajectories)
     for (sample,), trajectory, score in zip(samples, trajectories, scores):
@@ -97,7 +97,7 @@ def test_zero_credit_gives_an_exact_zero_gradient(policy):
     trajectories = _rollouts(policy, tasks=2, group=4)
     for trajectory in trajectories:  # every member of each group failed alike
         trajectory.reward, trajectory.success = 0.0, False
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
     samples, metrics = _credit(trajectories, scores, "grpo")
     assert metrics["credit/degenerate_group_fraction"] == 1.0
     before = copy.deepcopy(policy.model.state_dict())
@@ -109,7 +109,7 @@ def test_zero_credit_gives_an_exact_zero_gradient(policy):
 
 def test_micro_batching_does_not_change_the_update(policy):
     trajectories = _rollouts(policy, tasks=4)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     other = copy.deepcopy(policy)
     (whole,) = _learner(policy, micro_batch_tokens=100_000).step(samples)
@@ -181,7 +181,7 @@ def test_invalid_turn_lowers_hp_rlvr_credit_from_env_to_learner(tiny_policy):
     invalid one. A flipped sign anywhere on the way makes the invalid turn's credit higher.
     """
     (trajectory,) = _two_step_rollouts(tiny_policy, [Episode("t"), Episode("t")])[1:]
-    scores = score_trajectories(tiny_policy, [trajectory], ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(tiny_policy, [trajectory], ScoringOptions.from_config(), with_hindsight=True)
     ([valid, invalid],), metrics = _credit([trajectory], scores)
     assert torch.equal(valid.credit, torch.zeros_like(valid.credit))
     assert torch.allclose(invalid.credit, torch.full_like(invalid.credit, -0.1))
@@ -190,7 +190,7 @@ def test_invalid_turn_lowers_hp_rlvr_credit_from_env_to_learner(tiny_policy):
 
 def test_grpo_gives_the_failed_rollout_with_an_invalid_turn_the_lower_advantage(tiny_policy):
     trajectories = _two_step_rollouts(tiny_policy, [Episode("t", group=0), Episode("t", group=0)])
-    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
     (clean, _), (costly, _) = _credit(trajectories, scores, "grpo")[0]
     assert clean.credit.min() > 0 > costly.credit.max()
     assert float(clean.credit[0]) == pytest.approx(-float(costly.credit[0]))
@@ -198,7 +198,7 @@ def test_grpo_gives_the_failed_rollout_with_an_invalid_turn_the_lower_advantage(
 
 def test_a_registered_credit_rule_plugs_in_without_trainer_changes(tiny_policy):
     trajectories = _two_step_rollouts(tiny_policy, [Episode("t"), Episode("t")])
-    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
 
     @register_credit("test-turn-index")
     def turn_index(batch, options):
@@ -219,7 +219,7 @@ def test_a_tied_group_gives_exactly_its_zero_record_next_to_a_split_one(policy):
     trajectories = _rollouts(policy, tasks=2, group=4)
     for k, trajectory in enumerate(trajectories):
         trajectory.reward = 0.0 if k < 4 else float(k % 2)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
     samples, _ = _credit(trajectories, scores, "grpo")
     (step,) = _learner(copy.deepcopy(policy), mini_batch_prompts=2, group_size=4, record_batch_size=4).step(samples)
     tied, split = step.record_norms
@@ -245,7 +245,7 @@ def test_learner_and_scoring_are_built_from_their_config_sections(tiny_policy):
     assert learner.optimizer.param_groups[0]["lr"] == 3e-4 and learner.mini_batch_prompts == 4
     assert (learner.max_grad_norm, learner.clip_eps_high, learner.clip_ratio_c, learner.model.module.temperature) == (0.5, 0.3, None, 0.7)
     scoring = ScoringOptions.from_config(config)
-    assert (scoring.future_turns, scoring.batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
+    assert (scoring.future_turns, scoring.score_batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
     assert scoring.max_block_tokens == config.hindsight.max_block_tokens
 
 
@@ -259,7 +259,7 @@ def _decoder_layer_calls(policy) -> list[torch.dtype]:
 
 def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradients(policy):
     trajectories = _rollouts(policy, tasks=3)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     other = copy.deepcopy(policy)
     plain_calls, checkpointed_calls = _decoder_layer_calls(policy), _decoder_layer_calls(other)
@@ -277,7 +277,7 @@ def test_mixed_precision_computes_in_bfloat16_on_float32_master_weights():
     torch.manual_seed(0)
     rollout_policy = load_policy("tiny", dtype="bfloat16")
     trajectories = _rollouts(rollout_policy, tasks=3)
-    scores = score_trajectories(rollout_policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(rollout_policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     pure_bf16 = copy.deepcopy(rollout_policy)
     start = {k: v.float().clone() for k, v in rollout_policy.model.state_dict().items()}
@@ -312,7 +312,7 @@ def test_a_grpo_step_without_replay_takes_the_replayed_step(policy):
     trajectories = _rollouts(policy, tasks=2, group=4)
     for i, trajectory in enumerate(trajectories):  # both groups split, so every advantage is nonzero
         trajectory.reward, trajectory.success = float(i % 2), bool(i % 2)
-    replayed, _ = _credit(trajectories, score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False),
+    replayed, _ = _credit(trajectories, score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=False),
                           "grpo")
     unreplayed, _ = _credit(trajectories, unreplayed_scores(trajectories), "grpo")
     assert all(s.old_logprobs is None for turns in unreplayed for s in turns)
