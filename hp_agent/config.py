@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hp_agent.credit import CREDIT_RULES, CreditRule, credit_rule
+from hp_agent.credit import CREDIT_RULES, CreditOptions, CreditRule, credit_rule
 from hp_agent.errors import UserError
 from hp_agent.runs import atomic_write_text
 
@@ -269,6 +269,11 @@ class TrainConfig(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @property
+    def credit_options(self) -> CreditOptions:
+        """What the credit rules read of this run: ``hindsight.weight_norm`` and ``algo``'s GRPO keys."""
+        return CreditOptions(self.hindsight.weight_norm, self.algo.grpo_scale_by_std, self.algo.grpo_eps)
 
     @model_validator(mode="after")
     def _check_algorithm(self) -> TrainConfig:

@@ -14,7 +14,8 @@ import json
 
 import torch
 
-from hp_agent.credit import CREDIT_RULES, CreditOptions, HistoricalBaseline
+from hp_agent.config import TrainConfig
+from hp_agent.credit import CREDIT_RULES, HistoricalBaseline
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import load_policy
 from hp_agent.trainer import assign_credit
@@ -36,7 +37,7 @@ def main() -> None:
     for step in range(args.steps):
         trajectories = [Trajectory.from_dict({k: v for k, v in r.items() if k != "step"}) for r in records if r["step"] == step]
         scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
-        samples, _ = assign_credit(trajectories, scores, rule, CreditOptions(), baseline)
+        samples, _ = assign_credit(trajectories, scores, rule, TrainConfig().credit_options, baseline)
         for trajectory, turns in zip(trajectories, samples):
             for turn, sample in zip(trajectory.turns, turns):
                 for position, (token, credit) in enumerate(zip(turn.action_ids, sample.credit.tolist())):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hp_agent import TextEnv, Verdict
-from hp_agent.credit import CREDIT_RULES, CreditOptions, HistoricalBaseline, credit_rule, register_credit
+from hp_agent.config import TrainConfig
+from hp_agent.credit import CREDIT_RULES, HistoricalBaseline, credit_rule, register_credit
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.learner import Learner, TrainingSample, clipped_policy_loss
@@ -27,14 +28,17 @@ def _rollouts(policy, tasks=3, group=1, max_new_tokens=24):
     return collect(policy, envs, "math", episodes, SamplingParams(max_new_tokens=max_new_tokens))
 
 
-def _learner(policy, micro_batch_tokens=4096, lr=1e-3, mini_batch_prompts=1000, group_size=1, record_batch_size=8):
-    return Learner(policy, lr=lr, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                   micro_batch_tokens=micro_batch_tokens, mini_batch_prompts=mini_batch_prompts, group_size=group_size,
-                   record_batch_size=record_batch_size)
+def _learner(policy, micro_batch_tokens=4096, lr=1e-3, mini_batch_prompts=1000, group_size=1, record_batch_size=8,
+             **learner):
+    """The config's learner with these keys (``learner``: further ``learner`` section keys)."""
+    config = TrainConfig.model_validate({"algo": {"group_size": group_size}, "learner": {
+        "lr": lr, "max_grad_norm": 1e9, "micro_batch_tokens": micro_batch_tokens, "mini_batch_prompts": mini_batch_prompts,
+        "record_batch_size": record_batch_size, **learner}})
+    return Learner.from_config(policy, config)
 
 
 def _credit(trajectories, scores, algo="hp-rlvr", baseline=None):
-    return assign_credit(trajectories, scores, credit_rule(algo), CreditOptions(), baseline or HistoricalBaseline())
+    return assign_credit(trajectories, scores, credit_rule(algo), TrainConfig().credit_options, baseline or HistoricalBaseline())
 
 
 def test_learner_trains_on_the_sampled_token_ids(policy):
@@ -52,24 +56,11 @@ def test_learner_trains_on_the_sampled_token_ids(policy):
         assert torch.allclose(score.causal_logprobs[0], torch.tensor(turn.sample_logprobs), atol=1e-3)
 
 
-def test_masked_tokens_never_contribute():
-    logprobs = torch.randn(2, 6, requires_grad=True)
-    old = logprobs.detach() + 0.05 * torch.randn(2, 6)
-    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]])
-    credit = torch.randn(2, 6)
-    loss, _ = clipped_policy_loss(logprobs, old, credit, mask, 0.2, 0.28)
-    wild = torch.where(mask.bool(), credit, torch.full_like(credit, 1e6))
-    loss_wild, _ = clipped_policy_loss(logprobs, old, wild, mask, 0.2, 0.28)
-    assert torch.equal(loss, loss_wild)
-    loss.backward()
-    assert bool((logprobs.grad[~mask.bool()] == 0).all()) and bool((logprobs.grad[mask.bool()] != 0).all())
-
-
 def test_clipped_loss_hand_values():
     old = torch.zeros(3)
     logprobs = torch.log(torch.tensor([1.5, 0.5, 1.1]))  # ratios 1.5, 0.5, 1.1
     credit = torch.tensor([1.0, -1.0, 2.0])
-    loss, metrics = clipped_policy_loss(logprobs, old, credit, torch.ones(3), 0.2, 0.28)
+    loss, metrics = clipped_policy_loss(logprobs, old, credit, 0.2, 0.28, 3.0)
     # min(1.5, 1.28) * 1 = 1.28; min(0.5 * -1, 0.8 * -1) = -0.8; min(2.2, 2.2) = 2.2
     assert loss.item() == pytest.approx(-(1.28 - 0.8 + 2.2) / 3)
     assert metrics["loss/clip_fraction"] == pytest.approx(2 / 3)
@@ -82,14 +73,14 @@ def test_dual_clip_bounds_negative_credit_only():
     ratios = torch.tensor([5.0, 2.0, 5.0, 0.5])
     credit = torch.tensor([-1.0, -1.0, 1.0, -1.0])
     logprobs = torch.log(ratios).requires_grad_()
-    loss, metrics = clipped_policy_loss(logprobs, old, credit, torch.ones(4), 0.2, 0.28, clip_ratio_c=3.0)
+    loss, metrics = clipped_policy_loss(logprobs, old, credit, 0.2, 0.28, clip_ratio_c=3.0)
     # -3 (dual clip), -2 (unclipped: min(-2, -1.28)), min(5, 1.28) = 1.28, min(-0.5, -0.8) = -0.8
     assert loss.item() == pytest.approx(-(-3.0 - 2.0 + 1.28 - 0.8) / 4)
     assert metrics["loss/ratio_max"] == pytest.approx(5.0)
     loss.backward()
     assert logprobs.grad[0] == 0 and logprobs.grad[2] == 0  # dual-clipped, upper-clipped
     assert logprobs.grad[1] > 0  # lowering a negative-credit token's probability lowers the loss
-    plain, _ = clipped_policy_loss(torch.log(ratios), old, credit, torch.ones(4), 0.2, 0.28, clip_ratio_c=None)
+    plain, _ = clipped_policy_loss(torch.log(ratios), old, credit, 0.2, 0.28, clip_ratio_c=None)
     assert plain.item() == pytest.approx(-(-5.0 - 2.0 + 1.28 - 0.8) / 4)
 
 
@@ -264,9 +255,7 @@ def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradients(poli
     other = copy.deepcopy(policy)
     plain_calls, checkpointed_calls = _decoder_layer_calls(policy), _decoder_layer_calls(other)
     (plain,) = _learner(policy).step(samples)
-    (checkpointed,) = Learner(other, lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                              micro_batch_tokens=4096, mini_batch_prompts=1000, group_size=1, record_batch_size=8,
-                              activation_checkpointing=True).step(samples)
+    (checkpointed,) = _learner(other, activation_checkpointing=True).step(samples)
     assert len(checkpointed_calls) == 2 * len(plain_calls) > 0  # each layer runs again in backward
     assert plain.grad_norm > 0 and checkpointed.grad_norm == pytest.approx(plain.grad_norm, rel=1e-5)
     for (name, a), b in zip(policy.model.named_parameters(), other.model.parameters()):
@@ -282,14 +271,12 @@ def test_mixed_precision_computes_in_bfloat16_on_float32_master_weights():
     pure_bf16 = copy.deepcopy(rollout_policy)
     start = {k: v.float().clone() for k, v in rollout_policy.model.state_dict().items()}
     calls = _decoder_layer_calls(rollout_policy)
-    options = dict(lr=1e-5, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                   micro_batch_tokens=4096, mini_batch_prompts=1000, group_size=1, record_batch_size=8)
-    mixed = Learner(rollout_policy, **options, mixed_precision=True)
+    mixed = _learner(rollout_policy, lr=1e-5, mixed_precision=True)
     for _ in range(3):
         mixed.step(samples)
-    Learner(pure_bf16, **options).step(samples)
+    _learner(pure_bf16, lr=1e-5, mixed_precision=False).step(samples)
     for _ in range(2):
-        Learner(pure_bf16, **options).step(samples)
+        _learner(pure_bf16, lr=1e-5, mixed_precision=False).step(samples)
     master = dict(mixed.model.trained.named_parameters())
     assert all(p.dtype == torch.float32 for p in master.values())  # master weights and AdamW state in float32
     assert all(state["exp_avg"].dtype == torch.float32 for state in mixed.optimizer.state.values())

@@ -5,8 +5,8 @@ zero credit (mask) or as an invalid action (invalid; see tests/test_rollout.py).
 import pytest
 
 import hp_agent
-from hp_agent.config import ConfigError, load_config
-from hp_agent.credit import CreditOptions, HistoricalBaseline, credit_rule
+from hp_agent.config import ConfigError, TrainConfig, load_config
+from hp_agent.credit import HistoricalBaseline, credit_rule
 from hp_agent.hindsight import unreplayed_scores
 from hp_agent.runs import read_jsonl_records
 from hp_agent.trainer import assign_credit, rollout_metrics
@@ -19,7 +19,7 @@ def _trajectory(group: int, reward: float, cut: list[bool], shaping: list[float]
 
 
 def _credits(trajectories: list[Trajectory], algo: str, **options) -> list[list[list[float]]]:
-    samples, _ = assign_credit(trajectories, unreplayed_scores(trajectories), credit_rule(algo), CreditOptions(),
+    samples, _ = assign_credit(trajectories, unreplayed_scores(trajectories), credit_rule(algo), TrainConfig().credit_options,
                                HistoricalBaseline(initial=0.25), **options)
     return [[sample.credit.tolist() for sample in turns] for turns in samples]
 
