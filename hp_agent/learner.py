@@ -182,6 +182,14 @@ class Learner:
         """Optimizer steps a rollout batch of ``num_prompts`` prompts takes."""
         return math.ceil(num_prompts / self.mini_batch_prompts)
 
+    def needs_behaviour_logprobs(self, num_prompts: int) -> bool:
+        """Whether a rollout batch of ``num_prompts`` prompts needs the behaviour-policy
+        replay (``TrainingSample.old_logprobs``): yes once it takes more than one optimizer
+        step, since every step after the first runs on weights that did not sample, and
+        the learner's own log-probs would then give a ratio of 1 against stale weights.
+        :meth:`step` refuses such a batch without them."""
+        return self.optimizer_steps(num_prompts) > 1
+
     def step(self, trajectories: list[list[TrainingSample]], slots: list[int] | None = None) -> list[StepRecord]:
         """Learn from one rollout batch (each trajectory's turns as samples), then give the
         policy's model the new weights.
@@ -201,13 +209,23 @@ class Learner:
             key = (slot // slots_per_step, slot % slots_per_step // self.record_batch_size)
             parts.setdefault(key, []).extend(s for s in turns if s.num_action_tokens > 0)
         micro = {key: self._micro_batches(samples) for key, samples in parts.items()}
-        shapes = all_gather({key: (sum(s.num_action_tokens for s in samples), len(micro[key]))
-                             for key, samples in parts.items()}, self.ranks)
+        unreplayed = any(s.old_logprobs is None for samples in parts.values() for s in samples)
+        shapes = all_gather(({key: (sum(s.num_action_tokens for s in samples), len(micro[key]))
+                              for key, samples in parts.items()}, unreplayed), self.ranks)
         plan: dict[int, dict[int, tuple[int, int]]] = {}  # step -> record -> (eligible tokens, passes), over ranks
-        for shape in shapes:
+        for shape, _ in shapes:
             for (step, record), (tokens, passes) in shape.items():
                 total, most = plan.setdefault(step, {}).get(record, (0, 0))
                 plan[step][record] = (total + tokens, max(most, passes))
+        # Checked on what every rank gathered, so that all ranks refuse together rather than some waiting.
+        if any(flag for _, flag in shapes) and max(plan, default=0) > 0:
+            raise ValueError(
+                f"a rollout batch spanning {max(plan) + 1} optimizer steps (learner.mini_batch_prompts="
+                f"{self.mini_batch_prompts} prompts each, trainer.prompts_per_step prompts in all) has samples without "
+                "old_logprobs: every step after the first would take a ratio of 1 on stale weights. Score the batch "
+                "for its behaviour log-probs (Learner.needs_behaviour_logprobs says when) or raise "
+                "learner.mini_batch_prompts to trainer.prompts_per_step"
+            )
         records = []
         for step in sorted(plan):
             record_plan = {record: passes for record, (tokens, passes) in sorted(plan[step].items()) if tokens}

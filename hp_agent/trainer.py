@@ -293,7 +293,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     rule = config.algo.rule
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
     scoring = ScoringOptions.from_config(config)
-    one_update = learner.optimizer_steps(config.trainer.prompts_per_step) == 1
+    replay = learner.needs_behaviour_logprobs(config.trainer.prompts_per_step)
     summary = RunSummary(run_dir=run_dir, steps=state.step)
 
     # --- the loop ------------------------------------------------------------------
@@ -319,9 +319,9 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             kept, slots = [trajectories[k] for k in usable], [ranks.rank * len(episodes) + k for k in usable]
 
             # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot. No replay
-            # where the learner takes one optimizer step: its own pass runs on the snapshot's weights.
+            # where the learner does not need one: its own pass runs on the snapshot's weights.
             started = time.perf_counter()
-            if rule.hindsight or not one_update:
+            if rule.hindsight or replay:
                 scores = score_trajectories(policy, kept, scoring, with_hindsight=rule.hindsight)
             else:
                 scores = unreplayed_scores(kept)

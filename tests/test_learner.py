@@ -312,14 +312,33 @@ def test_a_grpo_step_without_replay_takes_the_replayed_step(policy):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
 
 
-def _synthetic_batch(prompts: int, group: int, seed: int = 0) -> list[list[TrainingSample]]:
-    """One one-turn trajectory per rollout slot: random ids, credit of either sign."""
+def _synthetic_batch(prompts: int, group: int, seed: int = 0, replayed: bool = True) -> list[list[TrainingSample]]:
+    """One one-turn trajectory per rollout slot: random ids, credit of either sign, and
+    (``replayed``) behaviour log-probs."""
     generator = torch.Generator().manual_seed(seed)
     batch = []
     for _ in range(prompts * group):
         ids = torch.randint(5, 200, (12,), generator=generator).tolist()
-        batch.append([TrainingSample(ids, 8, None, torch.randn(4, generator=generator))])
+        old = -torch.rand(4, generator=generator) if replayed else None
+        batch.append([TrainingSample(ids, 8, old, torch.randn(4, generator=generator))])
     return batch
+
+
+def test_the_learner_needs_behaviour_logprobs_once_a_batch_takes_several_optimizer_steps(tiny_policy):
+    learner = _learner(tiny_policy, mini_batch_prompts=4, group_size=2)
+    assert [learner.needs_behaviour_logprobs(prompts) for prompts in (1, 4, 5, 8, 9)] == [False, False, True, True, True]
+
+
+def test_a_batch_of_several_optimizer_steps_without_behaviour_logprobs_is_refused_before_any_step(tiny_policy):
+    """Without old_logprobs the ratio is 1 by construction: right in the first optimizer
+    step, silently wrong in the later ones (stale weights), so the learner refuses."""
+    learner = _learner(copy.deepcopy(tiny_policy), mini_batch_prompts=2, group_size=2)
+    before = {name: p.detach().clone() for name, p in learner.policy.model.named_parameters()}
+    with pytest.raises(ValueError, match=r"2 optimizer steps.*learner\.mini_batch_prompts=2.*trainer\.prompts_per_step"):
+        learner.step(_synthetic_batch(3, 2, replayed=False))
+    assert all(torch.equal(p, before[name]) for name, p in learner.policy.model.named_parameters())
+    assert len(learner.step(_synthetic_batch(2, 2, replayed=False))) == 1  # one step: its own log-probs stand in
+    assert len(learner.step(_synthetic_batch(3, 2))) == 2  # replayed: both steps train
 
 
 @pytest.mark.parametrize("prompts, grpo_records, hp_records", [(4, 4, 1), (16, 16, 2)])
