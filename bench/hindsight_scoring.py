@@ -30,9 +30,11 @@ import os
 import random
 import sys
 import time
+from dataclasses import replace
 
 import torch
 
+from hp_agent.config import HindsightConfig
 from hp_agent.envs.alfworld.env import CHAT_TURN_TEMPLATE, TEMPLATE, TEMPLATE_NO_HISTORY, format_actions, format_history
 from hp_agent.hindsight import ScoringOptions, hindsight_sequences, score_trajectories
 from hp_agent.packing import pack_sequences
@@ -116,7 +118,7 @@ def forward_tokens(policy: Policy, trajectories: list[Trajectory], options: Scor
     """Tokens through the model: per-segment (every sequence whole) and packed (row nodes)."""
     sequences = [turn.prompt_ids + turn.action_ids for traj in trajectories for turn in traj.turns]
     sequences += [seq for _, _, seq in hindsight_sequences(policy, trajectories, options)]
-    rows, _ = pack_sequences(sequences, options.batch_tokens)
+    rows, _ = pack_sequences(sequences, options.score_batch_tokens)
     return sum(len(s) for s in sequences), sum(len(row) for row in rows)
 
 
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", default="20,30,50", help="comma-separated turns per trajectory, one row each")
     parser.add_argument("--trajectories", type=int, default=2, help="trajectories scored together per row")
     parser.add_argument("--prompt-mode", choices=["verl-agent", "chat"], default="verl-agent")
-    parser.add_argument("--batch-tokens", type=int, default=ScoringOptions.batch_tokens, help="padded tokens per forward pass")
+    parser.add_argument("--batch-tokens", type=int, default=HindsightConfig().score_batch_tokens, help="padded tokens per forward pass")
     parser.add_argument("--repeats", type=int, default=2, help="time each variant this many times, keep the fastest")
     parser.add_argument("--generate", action=argparse.BooleanOptionalAction, default=True,
                         help="also time policy.generate on the same prompts and action lengths")
@@ -143,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(args.seed)
     policy = load_policy("tiny", prefix_cache_tokens=args.cache_tokens)
-    reference = ScoringOptions(packed=False, batch_tokens=args.batch_tokens)
-    packed = ScoringOptions(packed=True, batch_tokens=args.batch_tokens)
+    reference = replace(ScoringOptions.from_config(), packed=False, score_batch_tokens=args.batch_tokens)
+    packed = replace(ScoringOptions.from_config(), packed=True, score_batch_tokens=args.batch_tokens)
     rng = random.Random(args.seed)
 
     print(f"tiny model, {args.prompt_mode} prompts, {args.trajectories} trajectories per row, "

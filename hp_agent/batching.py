@@ -47,6 +47,15 @@ def pad_right(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Te
     return input_ids, attention_mask
 
 
+def predicting_states(hidden: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """The rows of one sequence's ``hidden`` [T, H] that predict its tokens ``[start, end)``.
+
+    >>> predicting_states(torch.arange(5.0).unsqueeze(1), 2, 4).squeeze(1)
+    tensor([1., 2.])
+    """
+    return hidden[start - 1 : end - 1]
+
+
 def span_hidden_states(
     policy: Policy,
     sequences: Sequence[Sequence[int]],
@@ -67,5 +76,5 @@ def span_hidden_states(
         hidden = policy.hidden_states(input_ids, attention_mask)
         for row, index in enumerate(batch):
             start, end = spans[index]
-            out[index] = hidden[row, start - 1 : end - 1]
+            out[index] = predicting_states(hidden[row], start, end)
     return out  # type: ignore[return-value]

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hp_agent.credit import CreditOptions
 from hp_agent.credit_rules import CREDIT_RULES, CreditRule, credit_rule
 from hp_agent.errors import UserError
 from hp_agent.files import atomic_write_text
@@ -136,6 +137,10 @@ class HindsightConfig(_Section):
         True,
         description="Score packed: sequences sharing a prefix (a turn and its segments' hindsight contexts) in one "
         "prefix-tree row, the prefix computed once; false: the per-segment reference scorer (same numbers, slower).",
+    )
+    compile_jsd: bool = Field(
+        False, description="Run the JSD chunk kernel through torch.compile (faster per chunk at a large vocabulary, "
+        "after a one-off compile; see bench/jsd_memory.py)."
     )
 
 
@@ -265,6 +270,11 @@ class TrainConfig(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @property
+    def credit_options(self) -> CreditOptions:
+        """What the credit rules read of this run: ``hindsight.weight_norm`` and ``algo``'s GRPO keys."""
+        return CreditOptions(self.hindsight.weight_norm, self.algo.grpo_scale_by_std, self.algo.grpo_eps)
 
     @model_validator(mode="after")
     def _check_algorithm(self) -> TrainConfig:

@@ -212,16 +212,17 @@ class CreditBatch:
 
 @dataclass(frozen=True)
 class CreditOptions:
-    """Knobs the built-in rules read (``TrainConfig`` fills them; a user's rule may ignore them).
+    """Knobs the built-in rules read (a user's rule may ignore them): the config keys of the
+    same names, described and defaulted there (``TrainConfig.credit_options``).
 
-    weight_norm:  HP-RLVR per-trajectory normalization of w (:func:`normalize_weights`).
-    scale_by_std: GRPO divides the group-centered return by the group std.
-    eps:          GRPO's std guard.
+    weight_norm:       ``hindsight.weight_norm``, HP-RLVR's normalization of w (:func:`normalize_weights`).
+    grpo_scale_by_std: ``algo.grpo_scale_by_std``, GRPO divides the group-centered return by the group std.
+    grpo_eps:          ``algo.grpo_eps``, GRPO's std guard.
     """
 
-    weight_norm: str = "none"
-    scale_by_std: bool = True
-    eps: float = 1e-6
+    weight_norm: str
+    grpo_scale_by_std: bool
+    grpo_eps: float
 
 
 def normalized_weights(batch: CreditBatch, mode: str) -> torch.Tensor:
@@ -248,7 +249,7 @@ def hp_rlvr_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Te
     >>> one = torch.tensor([0])
     >>> batch = CreditBatch(torch.tensor([1.0]), torch.tensor([0.25]), one, one, torch.tensor([0.0]),
     ...                     torch.tensor([0, 0, 0]), torch.tensor([0.0, 0.5, 1.0]))
-    >>> hp_rlvr_credit(batch, CreditOptions())[0]
+    >>> hp_rlvr_credit(batch, CreditOptions(weight_norm="none", grpo_scale_by_std=True, grpo_eps=1e-6))[0]
     tensor([0.0000, 0.3750, 0.7500])
     """
     weights = normalized_weights(batch, options.weight_norm)
@@ -264,7 +265,7 @@ def grpo_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tenso
     Shaping enters the return, so of two failed rollouts of one prompt the one with an
     invalid turn gets the lower advantage.
     """
-    advantages, metrics = grpo_advantages(batch.returns, batch.groups, options.scale_by_std, options.eps)
+    advantages, metrics = grpo_advantages(batch.returns, batch.groups, options.grpo_scale_by_std, options.grpo_eps)
     return advantages[batch.token_trajectory], metrics
 
 
@@ -276,7 +277,7 @@ def reinforce_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.
 
 
 def grpo_advantages(
-    rewards: torch.Tensor, groups: torch.Tensor, scale_by_std: bool = True, eps: float = 1e-6
+    rewards: torch.Tensor, groups: torch.Tensor, scale_by_std: bool, eps: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO advantages A_i = (R_i - mean_g) / (std_g + eps), per group g of rollouts.
 
@@ -284,7 +285,7 @@ def grpo_advantages(
     std is the unbiased sample std (0 for a group of one); ``scale_by_std=False`` gives
     A_i = R_i - mean_g. A group whose rewards are all equal gets A = 0 exactly.
 
-    >>> grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1]))[0]
+    >>> grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1]), True, 1e-6)[0]
     tensor([ 0.7071, -0.7071,  0.0000,  0.0000])
     """
     rewards = rewards.float()

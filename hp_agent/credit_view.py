@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from hp_agent.batching import span_hidden_states
-from hp_agent.hindsight import ScoringOptions, hindsight_blocks, hindsight_ids
+from hp_agent.hindsight import ScoringOptions, hindsight_blocks, hindsight_ids, hindsight_span
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Trajectory
 
@@ -66,15 +66,15 @@ def credit_view(
     turns = trajectory.turns
     causal_hidden = span_hidden_states(policy, [t.prompt_ids + t.action_ids for t in turns],
                                        [(len(t.prompt_ids), len(t.prompt_ids) + len(t.action_ids)) for t in turns],
-                                       options.batch_tokens, pad_id)
+                                       options.score_batch_tokens, pad_id)
     causal = [_top_tokens(policy, project(h), t.action_ids, top_k) for h, t in zip(causal_hidden, turns)]
     hindsight: list[list[dict[str, Any] | None]] = [[None] * len(t.action_ids) for t in turns]
     segments = []
     if weights is not None:
         blocks = hindsight_blocks(policy, trajectory, options)
         sequences = [hindsight_ids(policy, trajectory, segment, block) for segment, block in blocks]
-        spans = [(len(ids) - (segment.end - segment.start), len(ids)) for (segment, _), ids in zip(blocks, sequences)]
-        for (segment, block), hidden in zip(blocks, span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)):
+        spans = [hindsight_span(segment, ids) for (segment, _), ids in zip(blocks, sequences)]
+        for (segment, block), hidden in zip(blocks, span_hidden_states(policy, sequences, spans, options.score_batch_tokens, pad_id)):
             action = turns[segment.turn].action_ids[segment.start : segment.end]
             hindsight[segment.turn][segment.start : segment.end] = _top_tokens(policy, project(hidden), action, top_k)
             segments.append({"turn": segment.turn, "start": segment.start, "end": segment.end, "block": block})

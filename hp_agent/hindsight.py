@@ -12,7 +12,7 @@ The frozen generating policy scores each trajectory twice:
 
 The weight of token j is the normalized JSD between the two next-token distributions.
 Two scorers give the same numbers: the per-segment reference (one padded sequence per
-turn and per segment, ``ScoringOptions(packed=False)``) and the packed one (the default:
+turn and per segment, ``hindsight.packed=false``) and the packed one (the default:
 sequences packed as prefix trees, so each segment's hindsight part attends to the causal
 prompt prefix it shares instead of recomputing it; see :mod:`hp_agent.packing`). Right
 after a rollout on the transformers backend, the packed scorer also takes the prompts'
@@ -22,19 +22,16 @@ keys and values from the policy's prefix cache instead of running them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from hp_agent.batching import span_hidden_states
+from hp_agent.config import TrainConfig
 from hp_agent.constraint import joined_allowed
 from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
 from hp_agent.packing import packed_span_hidden_states
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Segment, Trajectory, Turn, segments
-
-if TYPE_CHECKING:
-    from hp_agent.config import TrainConfig
 
 BLOCK_HEADER = "[Hindsight: privileged information, shown only for scoring]"
 
@@ -119,33 +116,26 @@ def hindsight_messages(messages: list[dict[str, str]], block: str) -> list[dict[
 
 @dataclass(frozen=True)
 class ScoringOptions:
-    """How the snapshot scores trajectories; the trainer fills it from ``HindsightConfig``.
+    """How the snapshot scores trajectories: a run's ``hindsight`` section (each field
+    described and defaulted there, in :class:`hp_agent.config.HindsightConfig`) and its
+    rollout temperature. Build it with :meth:`from_config`."""
 
-    batch_tokens: padded tokens per forward pass (and, packed, the longest row).
-    packed:       True: the packed scorer, sequences as prefix-tree rows (see
-                  :mod:`hp_agent.packing`); False: the per-segment reference scorer, one
-                  padded sequence per turn and per segment. Both give the same numbers.
-    compile_jsd:  run the JSD chunk kernel through ``torch.compile`` (faster per chunk at
-                  a large vocabulary, after a one-off compile; see bench/jsd_memory.py).
-    """
-
-    future_turns: int = 8
-    max_block_tokens: int = 384
-    max_segment_tokens: int = 128
-    temperature: float = 1.0
-    jsd_chunk_tokens: int = 512
-    batch_tokens: int = 8192
-    packed: bool = True
-    compile_jsd: bool = False
+    future_turns: int
+    max_block_tokens: int
+    max_segment_tokens: int
+    temperature: float
+    jsd_chunk_tokens: int
+    score_batch_tokens: int
+    packed: bool
+    compile_jsd: bool
 
     @classmethod
-    def from_config(cls, config: TrainConfig) -> ScoringOptions:
-        """A training run's options: its ``hindsight`` section, at its rollout temperature."""
-        section = config.hindsight
-        return cls(future_turns=section.future_turns, max_block_tokens=section.max_block_tokens,
-                   max_segment_tokens=section.max_segment_tokens, temperature=config.rollout.temperature,
-                   jsd_chunk_tokens=section.jsd_chunk_tokens, batch_tokens=section.score_batch_tokens,
-                   packed=section.packed)
+    def from_config(cls, config: TrainConfig | None = None) -> ScoringOptions:
+        """A training run's options: its ``hindsight`` section, at its rollout temperature
+        (``config`` None: the defaults)."""
+        config = config if config is not None else TrainConfig()
+        # The section's field names are these fields' (weight_norm is the credit rule's): one name for each.
+        return cls(temperature=config.rollout.temperature, **config.hindsight.model_dump(exclude={"weight_norm"}))
 
 
 def _hidden_states(
@@ -153,8 +143,8 @@ def _hidden_states(
 ) -> list[torch.Tensor]:
     pad_id = policy.tokenizer.pad_token_id or 0
     if options.packed:
-        return packed_span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id, policy.prefix_cache)
-    return span_hidden_states(policy, sequences, spans, options.batch_tokens, pad_id)
+        return packed_span_hidden_states(policy, sequences, spans, options.score_batch_tokens, pad_id, policy.prefix_cache)
+    return span_hidden_states(policy, sequences, spans, options.score_batch_tokens, pad_id)
 
 
 def hindsight_blocks(policy: Policy, trajectory: Trajectory, options: ScoringOptions) -> list[tuple[Segment, str]]:
@@ -171,6 +161,11 @@ def hindsight_ids(policy: Policy, trajectory: Trajectory, segment: Segment, bloc
     """The turn's prompt re-rendered with ``block``, then its action tokens up to the segment's end."""
     turn = trajectory.turns[segment.turn]
     return policy.render(hindsight_messages(turn.prompt_messages, block)) + turn.action_ids[: segment.end]
+
+
+def hindsight_span(segment: Segment, ids: list[int]) -> tuple[int, int]:
+    """Where ``segment``'s action tokens lie in its hindsight ``ids``: at the end (:func:`hindsight_ids`)."""
+    return len(ids) - (segment.end - segment.start), len(ids)
 
 
 def hindsight_sequences(
@@ -210,7 +205,7 @@ def score_trajectories(
     spans = [(len(turn.prompt_ids), len(seq)) for turn, seq in zip(turns, sequences)]
     hindsight = hindsight_sequences(policy, trajectories, options) if with_hindsight else []
     sequences += [seq for _, _, seq in hindsight]
-    spans += [(len(seq) - (segment.end - segment.start), len(seq)) for _, segment, seq in hindsight]
+    spans += [hindsight_span(segment, seq) for _, segment, seq in hindsight]
     hidden = _hidden_states(policy, sequences, spans, options)
     causal_hidden = dict(zip(turn_keys, hidden[: len(turn_keys)]))
     device = hidden[0].device

@@ -1,17 +1,19 @@
 """The learner: token-level clipped policy gradient (DESIGN.md step 7).
 
-    L = -(1 / N) sum_j e_j min(rho_j c_j, clip(rho_j, 1 - eps_low, 1 + eps_high) c_j)
+    L = -(1 / N) sum_j min(rho_j c_j, clip(rho_j, 1 - eps_low, 1 + eps_high) c_j)
     rho_j = pi_theta(y_j) / pi_old(y_j)
 
 and, for a token with negative credit, the dual clip: its term is never below C c_j
-(``clip_ratio_c`` C, 3 by default). Without it a token whose probability rose after
+(``algo.clip_ratio_c`` C). Without it a token whose probability rose after
 an earlier mini-batch (rho_j >> 1) but whose credit is negative takes the unclipped
 branch, and its gradient grows with rho_j: measured on the box-and-key game, one such
 mini-batch gave a gradient norm of 8.8 (against 0.02-0.5 in the other steps) and
 turned the policy to empty, invalid actions within a step.
 
-e_j is the eligibility mask, N the number of eligible tokens in the mini-batch, c_j the
-token credit (HP-RLVR) or the trajectory's advantage (GRPO). Optimizer mini-batches are
+j runs over the action (the eligible) tokens, N their number in the mini-batch, c_j the
+token credit (HP-RLVR) or the trajectory's advantage (GRPO). A token that must not learn
+gets c_j = 0, which zeroes its term and gradient at any ratio (``credit.zero_turn_credit``),
+so no separate eligibility mask is needed. Optimizer mini-batches are
 counted in prompts, as verl counts PPO mini-batches: ``mini_batch_prompts`` prompts (each
 with its G rollouts, always together, even when one was dropped) per optimizer step, so
 HP-RLVR and GRPO take the same number of optimizer steps at equal prompts. Inside an
@@ -48,37 +50,33 @@ def clipped_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     credit: torch.Tensor,
-    eligible_mask: torch.Tensor,
     clip_eps_low: float,
     clip_eps_high: float,
+    clip_ratio_c: float | None,
     num_eligible: int | None = None,
-    clip_ratio_c: float | None = 3.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped token-level policy-gradient loss. All tensors share one shape, e.g. [B, T].
+    """Clipped token-level policy-gradient loss over action tokens. All tensors share one shape, e.g. [M].
 
-    Tokens with ``eligible_mask == 0`` contribute nothing, whatever their credit.
-    ``num_eligible`` is the normalizer N (default: eligible tokens in these tensors).
     ``clip_ratio_c``: the dual clip's bound on a negative-credit token's ratio (None: off).
+    ``num_eligible`` is the normalizer N (None: the tokens in these tensors; the learner
+    passes the mini-batch's, so that micro-batches add up to its loss).
 
-    >>> ones = torch.ones(2)
-    >>> clipped_policy_loss(torch.zeros(2), torch.zeros(2), torch.tensor([1.0, -1.0]), ones, 0.2, 0.2)[0]
+    >>> clipped_policy_loss(torch.zeros(2), torch.zeros(2), torch.tensor([1.0, -1.0]), 0.2, 0.2, 3.0)[0]
     tensor(-0.)
     """
-    mask = eligible_mask.to(logprobs.dtype)
-    n = float(num_eligible if num_eligible is not None else mask.sum().item())
+    n = float(num_eligible if num_eligible is not None else logprobs.numel())
     ratio = torch.exp(logprobs - old_logprobs)
     unclipped = ratio * credit
     clipped = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high) * credit
     per_token = torch.minimum(unclipped, clipped)
     if clip_ratio_c is not None:
         per_token = torch.where(credit < 0, torch.maximum(per_token, clip_ratio_c * credit), per_token)
-    loss = -(mask * per_token).sum() / max(n, 1.0)
+    loss = -per_token.sum() / max(n, 1.0)
     with torch.no_grad():
-        eligible = mask.bool()
-        clipped_frac = ((unclipped != clipped) & eligible).sum().item() / max(eligible.sum().item(), 1)
+        clipped_frac = (unclipped != clipped).sum().item() / max(ratio.numel(), 1)
         metrics = {"loss/clip_fraction": clipped_frac,
-                   "loss/ratio_mean": ratio[eligible].mean().item() if eligible.any() else 1.0,
-                   "loss/ratio_max": ratio[eligible].max().item() if eligible.any() else 1.0}
+                   "loss/ratio_mean": ratio.mean().item() if ratio.numel() else 1.0,
+                   "loss/ratio_max": ratio.max().item() if ratio.numel() else 1.0}
     return loss, metrics
 
 
@@ -126,7 +124,8 @@ class StepRecord:
 
 
 class Learner:
-    """AdamW on the policy's weights with the clipped token-level objective."""
+    """AdamW on the policy's weights with the clipped token-level objective. Every argument
+    but ``ranks`` is a config key (:meth:`from_config`), described and defaulted there."""
 
     def __init__(
         self,
@@ -140,13 +139,13 @@ class Learner:
         mini_batch_prompts: int,
         group_size: int,
         record_batch_size: int,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        clip_ratio_c: float | None = 3.0,
+        weight_decay: float,
+        betas: tuple[float, float],
+        clip_ratio_c: float | None,
+        parallel: Parallel,
+        mixed_precision: bool,
+        activation_checkpointing: bool,
         ranks: Ranks = SINGLE,
-        parallel: Parallel = "ddp",
-        mixed_precision: bool = False,
-        activation_checkpointing: bool = False,
     ):
         self.policy = policy
         self.ranks = ranks
@@ -183,6 +182,14 @@ class Learner:
         """Optimizer steps a rollout batch of ``num_prompts`` prompts takes."""
         return math.ceil(num_prompts / self.mini_batch_prompts)
 
+    def needs_behaviour_logprobs(self, num_prompts: int) -> bool:
+        """Whether a rollout batch of ``num_prompts`` prompts needs the behaviour-policy
+        replay (``TrainingSample.old_logprobs``): yes once it takes more than one optimizer
+        step, since every step after the first runs on weights that did not sample, and
+        the learner's own log-probs would then give a ratio of 1 against stale weights.
+        :meth:`step` refuses such a batch without them."""
+        return self.optimizer_steps(num_prompts) > 1
+
     def step(self, trajectories: list[list[TrainingSample]], slots: list[int] | None = None) -> list[StepRecord]:
         """Learn from one rollout batch (each trajectory's turns as samples), then give the
         policy's model the new weights.
@@ -202,13 +209,23 @@ class Learner:
             key = (slot // slots_per_step, slot % slots_per_step // self.record_batch_size)
             parts.setdefault(key, []).extend(s for s in turns if s.num_action_tokens > 0)
         micro = {key: self._micro_batches(samples) for key, samples in parts.items()}
-        shapes = all_gather({key: (sum(s.num_action_tokens for s in samples), len(micro[key]))
-                             for key, samples in parts.items()}, self.ranks)
+        unreplayed = any(s.old_logprobs is None for samples in parts.values() for s in samples)
+        shapes = all_gather(({key: (sum(s.num_action_tokens for s in samples), len(micro[key]))
+                              for key, samples in parts.items()}, unreplayed), self.ranks)
         plan: dict[int, dict[int, tuple[int, int]]] = {}  # step -> record -> (eligible tokens, passes), over ranks
-        for shape in shapes:
+        for shape, _ in shapes:
             for (step, record), (tokens, passes) in shape.items():
                 total, most = plan.setdefault(step, {}).get(record, (0, 0))
                 plan[step][record] = (total + tokens, max(most, passes))
+        # Checked on what every rank gathered, so that all ranks refuse together rather than some waiting.
+        if any(flag for _, flag in shapes) and max(plan, default=0) > 0:
+            raise ValueError(
+                f"a rollout batch spanning {max(plan) + 1} optimizer steps (learner.mini_batch_prompts="
+                f"{self.mini_batch_prompts} prompts each, trainer.prompts_per_step prompts in all) has samples without "
+                "old_logprobs: every step after the first would take a ratio of 1 on stale weights. Score the batch "
+                "for its behaviour log-probs (Learner.needs_behaviour_logprobs says when) or raise "
+                "learner.mini_batch_prompts to trainer.prompts_per_step"
+            )
         records = []
         for step in sorted(plan):
             record_plan = {record: passes for record, (tokens, passes) in sorted(plan[step].items()) if tokens}
@@ -274,5 +291,5 @@ class Learner:
         own = logprobs.detach().split([s.num_action_tokens for s in micro])
         old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device) for s, mine in zip(micro, own)])
         credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
-        return clipped_policy_loss(logprobs, old, credit, torch.ones_like(credit), self.clip_eps_low, self.clip_eps_high,
-                                   num_eligible, self.clip_ratio_c)
+        return clipped_policy_loss(logprobs, old, credit, self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c,
+                                   num_eligible)

@@ -39,6 +39,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from hp_agent.batching import predicting_states
 from hp_agent.constraint import Allowed
 from hp_agent.credit import chunked_logprobs
 from hp_agent.distributed import SINGLE, Ranks
@@ -68,7 +69,7 @@ class ActionLogprobs(nn.Module):
             return head(states) / self.temperature
 
         # All rows' spans through the head together: one large matmul per chunk, not one small one per row.
-        states = torch.cat([hidden[row, start - 1 : end - 1] for row, (start, end) in enumerate(spans)])
+        states = torch.cat([predicting_states(hidden[row], start, end) for row, (start, end) in enumerate(spans)])
         targets = torch.cat([input_ids[row, start:end] for row, (start, end) in enumerate(spans)])
         return list(chunked_logprobs(states, targets, project, allowed=allowed).split([end - start for start, end in spans]))
 

@@ -13,17 +13,18 @@ import io
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from hp_agent.batching import span_hidden_states
+from hp_agent.config import TrainConfig
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
 from hp_agent.errors import UserFileExistsError, UserValueError
 from hp_agent.files import atomic_folder, atomic_write_bytes
-from hp_agent.hindsight import ScoringOptions, hindsight_sequences
+from hp_agent.hindsight import ScoringOptions, hindsight_sequences, hindsight_span
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
@@ -212,7 +213,7 @@ def _batch_loss(policy: Policy, batch: list[tuple[list[int], int]], pad_id: int,
 def hindsight_copies(policy: Policy, trajectories: list[Trajectory], options: ScoringOptions) -> list[tuple[list[int], int]]:
     """Every segment of every trajectory with its privileged block, as the hindsight scorer
     renders it: (hindsight prompt + segment ids, segment start)."""
-    return [(ids, len(ids) - (segment.end - segment.start)) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
+    return [(ids, hindsight_span(segment, ids)[0]) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
 
 
 def sft(
@@ -232,6 +233,7 @@ def sft(
     prompt_loss: float = 0.0,
     hindsight_episodes: int = 64,
     hindsight_max_new_tokens: int = 64,
+    config: TrainConfig | None = None,
 ) -> SFTResult:
     """Warm up ``model`` on ``data`` (trajectory JSONL) or else on ``env``'s train
     demonstrations (``env_kwargs`` for the env, e.g. the toy envs' ``demo_mistakes``),
@@ -245,7 +247,8 @@ def sft(
     Any env works, single-step or multi-turn. ``expert_data``: a DAgger file (``hp-agent data
     alfworld --dagger``) whose turns are learnt with the expert's advice as the label, on
     top of ``data`` or the env's demonstrations. ``prompt_loss``: weight of the prompt
-    tokens' NLL beside the response's (see :func:`supervised_warmup`). Every ``save_every`` steps the state goes to
+    tokens' NLL beside the response's (see :func:`supervised_warmup`). ``config``: the run to warm up for, whose
+    ``hindsight`` section renders the privileged blocks as its scorer will (None: the defaults). Every ``save_every`` steps the state goes to
     ``<out_dir>.partial/``; a call with the same arguments continues from there.
     """
     out_dir = Path(out_dir)
@@ -254,17 +257,18 @@ def sft(
     if hindsight and data is None and hindsight_episodes < 1:
         raise UserValueError(f"hindsight_episodes must be >= 1 to build privileged blocks without --data, got {hindsight_episodes}")
     partial = out_dir.with_name(f"{out_dir.name}.partial")
+    scoring = ScoringOptions.from_config(config)
     settings = {"env": env, "model": model, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
                 "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight,
                 "expert_data": str(expert_data), "prompt_loss": prompt_loss, "hindsight_episodes": hindsight_episodes,
-                "hindsight_max_new_tokens": hindsight_max_new_tokens}
+                "hindsight_max_new_tokens": hindsight_max_new_tokens, "scoring": asdict(scoring)}
     resume = _load_partial(partial, settings)
     torch.manual_seed(seed)
     policy = load_policy(str(partial / "model") if resume is not None else model)
     if data is not None:
         sequences = trajectory_sequences(data, policy.model.get_input_embeddings().num_embeddings)
         if hindsight:
-            sequences += hindsight_copies(policy, list(read_jsonl(data)), ScoringOptions())
+            sequences += hindsight_copies(policy, list(read_jsonl(data)), scoring)
     else:
         sequences = demonstration_sequences(policy, env, {"split": "train", **(env_kwargs or {})})
         if hindsight:
@@ -275,7 +279,7 @@ def sft(
                 played = play_first_tasks(policy, env, {"split": "train", **(env_kwargs or {})}, hindsight_episodes,
                                           SamplingParams(max_new_tokens=hindsight_max_new_tokens), seed=seed, label="hindsight")
                 write_jsonl(plays, [t for t in played if not t.errored])
-            sequences += hindsight_copies(policy, list(read_jsonl(plays)), ScoringOptions())
+            sequences += hindsight_copies(policy, list(read_jsonl(plays)), scoring)
     if expert_data is not None:
         sequences += expert_label_sequences(policy, expert_data)
 

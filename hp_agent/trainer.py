@@ -293,16 +293,15 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
         state.load_state_dict(load_checkpoint_state(checkpoint), ranks)
     logs = RunLogs.open(run_dir, config, state.step if resuming else None, resources, ranks)
     rule = config.algo.rule
-    credit_options = CreditOptions(config.hindsight.weight_norm, config.algo.grpo_scale_by_std, config.algo.grpo_eps)
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
     scoring = ScoringOptions.from_config(config)
-    one_update = learner.optimizer_steps(config.trainer.prompts_per_step) == 1
+    replay = learner.needs_behaviour_logprobs(config.trainer.prompts_per_step)
     summary = RunSummary(run_dir=run_dir, steps=state.step)
 
     # --- the loop ------------------------------------------------------------------
     with LoopProgress("train", config.trainer.steps, enabled=progress, completed=state.step) as bar:
         for step in range(state.step, config.trainer.steps):
-            step_start, cpu_start = time.perf_counter(), _cpu_seconds(envs)
+            step_start, cpu_start = time.perf_counter(), _cpu_seconds_with_workers(envs)
             times = PhaseTimes()
 
             # 1. rollout: P prompts, G samples each (this rank's P / W of them; seeds as one process's)
@@ -322,9 +321,9 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             kept, slots = [trajectories[k] for k in usable], [ranks.rank * len(episodes) + k for k in usable]
 
             # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot. No replay
-            # where the learner takes one optimizer step: its own pass runs on the snapshot's weights.
+            # where the learner does not need one: its own pass runs on the snapshot's weights.
             started = time.perf_counter()
-            if rule.hindsight or not one_update:
+            if rule.hindsight or replay:
                 scores = score_trajectories(policy, kept, scoring, with_hindsight=rule.hindsight)
             else:
                 scores = unreplayed_scores(kept)
@@ -332,7 +331,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
 
             # 3. credit (then the baseline's update), 4. the policy update
             format_masks = answer_format_masks(policy, kept, envs.answer_format)
-            samples, credit_metrics = assign_credit(kept, scores, rule, credit_options, state.baseline, format_masks, ranks,
+            samples, credit_metrics = assign_credit(kept, scores, rule, config.credit_options, state.baseline, format_masks, ranks,
                                                     mask_truncated=config.rollout.truncated_turn == "mask")
             if logs.views is not None and (step % config.trainer.view_every == 0 or step + 1 == config.trainer.steps):
                 # under the snapshot that scored them, before the update
@@ -356,7 +355,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             metrics["time/residual"] = max(total - sum(times.seconds.values()), 0.0)
             metrics["time/total"] = total
             # a restarted worker restarts its count; with several ranks, all of them
-            metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds(envs) - cpu_start, 0.0)], ranks)[0]
+            metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds_with_workers(envs) - cpu_start, 0.0)], ranks)[0]
             if torch.cuda.is_available() and policy.device.type == "cuda":  # rank 0's device, since the run started
                 free_bytes, device_bytes = torch.cuda.mem_get_info(policy.device)
                 metrics["gpu/peak_memory_gib"] = torch.cuda.max_memory_allocated(policy.device) / (1 << 30)  # torch's allocator
@@ -410,7 +409,7 @@ def _env_pool(config: TrainConfig, num_envs: int) -> EnvPool:
                          step_timeout=config.env.step_timeout, reset_timeout=config.env.reset_timeout)
 
 
-def _cpu_seconds(envs: EnvPool) -> float:
+def _cpu_seconds_with_workers(envs: EnvPool) -> float:
     """CPU seconds used so far by this process (all threads) and the pool's env workers."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     return own.ru_utime + own.ru_stime + envs.worker_cpu_seconds()

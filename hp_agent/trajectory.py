@@ -99,11 +99,7 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         data = dict(data)
-        turns = [dict(turn) for turn in data.get("turns", [])]
-        for turn in turns:  # files written before shaping replaced a positive "penalty"
-            if "penalty" in turn:
-                turn["shaping"] = -turn.pop("penalty")
-        data["turns"] = [Turn(**turn) for turn in turns]
+        data["turns"] = [Turn(**turn) for turn in data.get("turns", [])]
         return cls(**data)
 
 

@@ -14,7 +14,8 @@ import json
 
 import torch
 
-from hp_agent.credit import CreditOptions, HistoricalBaseline
+from hp_agent.config import TrainConfig
+from hp_agent.credit import HistoricalBaseline
 from hp_agent.credit_rules import CREDIT_RULES
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import load_policy
@@ -36,8 +37,8 @@ def main() -> None:
     credit_of: dict[tuple[int, str, bool], list[float]] = collections.defaultdict(list)
     for step in range(args.steps):
         trajectories = [Trajectory.from_dict({k: v for k, v in r.items() if k != "step"}) for r in records if r["step"] == step]
-        scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
-        samples, _ = assign_credit(trajectories, scores, rule, CreditOptions(), baseline)
+        scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
+        samples, _ = assign_credit(trajectories, scores, rule, TrainConfig().credit_options, baseline)
         for trajectory, turns in zip(trajectories, samples):
             for turn, sample in zip(trajectory.turns, turns):
                 for position, (token, credit) in enumerate(zip(turn.action_ids, sample.credit.tolist())):

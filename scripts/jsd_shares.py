@@ -47,7 +47,7 @@ def weight_shares(model: str, env: str, games: int, max_turns: int, max_new_toke
     trajectories = collect(policy, envs, env, episodes, SamplingParams(max_new_tokens=max_new_tokens), max_turns, seed=seed)
     for env in envs:
         env.close()
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     masks = answer_format_masks(policy, trajectories, envs[0].answer_format)
     content, format_, first = [], [], []
     by_kind: dict[str, list[float]] = {}

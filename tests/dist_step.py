@@ -15,16 +15,15 @@ from pathlib import Path
 
 import torch
 
-from hp_agent.credit import CreditOptions, HistoricalBaseline
+from hp_agent.config import load_config
+from hp_agent.credit import HistoricalBaseline
 from hp_agent.credit_rules import credit_rule
 from hp_agent.distributed import init_from_env, shard
 from hp_agent.learner import Learner
 from hp_agent.policies import load_policy
 from hp_agent.trainer import assign_credit
 
-LEARNER = dict(lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1.0,
-               micro_batch_tokens=4096, mini_batch_prompts=3, group_size=1,
-               record_batch_size=2)
+LEARNER = ["learner.lr=1e-3", "learner.mini_batch_prompts=3", "learner.record_batch_size=2"]
 
 
 def main(batch_path: str, out: str, parallel: str = "ddp", checkpointing: str = "0", mixed: str = "0") -> None:
@@ -33,10 +32,12 @@ def main(batch_path: str, out: str, parallel: str = "ddp", checkpointing: str = 
     batch = torch.load(batch_path, weights_only=False)
     trajectories, scores = shard(batch["trajectories"], ranks), shard(batch["scores"], ranks)
     policy = load_policy("tiny")
-    learner = Learner(policy, **LEARNER, ranks=ranks, parallel=parallel, activation_checkpointing=checkpointing == "1",
-                      mixed_precision=mixed == "1")
+    config = load_config(overrides=[*LEARNER, f"learner.parallel={parallel}",
+                                    f"learner.activation_checkpointing={checkpointing == '1'}",
+                                    f"learner.mixed_precision={mixed == '1'}"])
+    learner = Learner.from_config(policy, config, ranks)
     baseline = HistoricalBaseline()
-    samples, metrics = assign_credit(trajectories, scores, credit_rule(batch["algo"]), CreditOptions(), baseline,
+    samples, metrics = assign_credit(trajectories, scores, credit_rule(batch["algo"]), config.credit_options, baseline,
                                      ranks=ranks)
     records = learner.step(samples)
     torch.save({"weights": policy.model.state_dict(), "baseline": baseline.state_dict(), "metrics": metrics,

@@ -9,7 +9,6 @@ from gymnasium import spaces
 import hp_agent
 from hp_agent.config import ConfigError, load_config
 from hp_agent.constraint import ActionTrie
-from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
 from hp_agent.envs.alfworld import data
 from hp_agent.envs.base import TextEnv
@@ -58,7 +57,7 @@ def test_constrained_tokens_have_one_distribution_in_sampler_scorer_and_learner(
     assert any(len(tokens) > 1 for turn in turns for tokens in turn.allowed)  # some choice was made
 
     sampled = [torch.tensor(turn.sample_logprobs) for turn in turns]
-    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     scored = [lp for t, s in zip(trajectories, scores) for turn, lp in zip(t.turns, s.causal_logprobs) if turn.allowed is not None]
     learned = _learner_logprobs(tiny_policy, turns, allowed=True)
     for behaviour, scorer, learner in zip(sampled, scored, learned, strict=True):
@@ -95,7 +94,7 @@ class OneWay(TextEnv):
 def test_with_one_admissible_action_every_weight_is_zero(tiny_policy):
     trajectories = collect(tiny_policy, [OneWay(), OneWay()], "oneway", [Episode("only"), Episode("only")], SAMPLING,
                            constrain=True)
-    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     assert all(len(t.turns) == 2 and t.success for t in trajectories)
     for trajectory, score in zip(trajectories, scores):
         for turn, weights, logprobs in zip(trajectory.turns, score.weights, score.causal_logprobs):

@@ -1,15 +1,16 @@
 """The algorithm's math: JSD, HP-RLVR credit, historical baseline, GRPO advantages."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
+from hp_agent.config import TrainConfig
 from hp_agent.credit import (
     CreditBatch,
-    CreditOptions,
     HistoricalBaseline,
     chunked_jsd_from_logits,
     chunked_logprobs,
@@ -141,7 +142,7 @@ def make_batch(
 def test_credit_is_weight_times_reward_minus_baseline(reward, baseline):
     weights = torch.rand(50)
     batch = make_batch([reward], [baseline], [[50]], weights=weights.tolist())
-    credit, metrics = hp_rlvr_credit(batch, CreditOptions())
+    credit, metrics = hp_rlvr_credit(batch, TrainConfig().credit_options)
     assert torch.allclose(credit, weights * (reward - baseline))
     assert metrics["credit/centered_reward"] == pytest.approx(reward - baseline)
     if reward > baseline:
@@ -159,7 +160,7 @@ def test_credit_bound_holds():
         weights = jsd_from_logits(torch.randn(30, 20, generator=gen) * 4, torch.randn(30, 20, generator=gen) * 4)
         reward = float(torch.empty(1).uniform_(r_min, r_max, generator=gen))
         baseline = float(torch.empty(1).uniform_(r_min, r_max, generator=gen))
-        credit, _ = hp_rlvr_credit(make_batch([reward], [baseline], [[30]], weights=weights.tolist()), CreditOptions())
+        credit, _ = hp_rlvr_credit(make_batch([reward], [baseline], [[30]], weights=weights.tolist()), TrainConfig().credit_options)
         assert credit.abs().max() <= abs(r_max - r_min) + 1e-6
 
 
@@ -169,7 +170,7 @@ def test_hp_rlvr_invalid_turn_gets_strictly_lower_credit(reward, baseline):
     turn's tokens get exactly 0.1 less credit than the valid turn's at equal weight. A
     flipped shaping sign, or shaping left out, breaks this."""
     batch = make_batch([reward], [baseline], [[3, 3]], shaping=[[0.0, -0.1]], weights=[0.5] * 6)
-    credit, _ = hp_rlvr_credit(batch, CreditOptions())
+    credit, _ = hp_rlvr_credit(batch, TrainConfig().credit_options)
     valid, invalid = credit[:3], credit[3:]
     assert bool((invalid < valid).all())
     assert torch.allclose(valid, torch.full((3,), 0.5 * (reward - baseline)))
@@ -180,28 +181,28 @@ def test_grpo_failed_episode_with_an_invalid_turn_gets_the_lower_advantage():
     """Two failed rollouts of one prompt; the second took an invalid action (shaping -0.1)."""
     batch = make_batch([0.0, 0.0], [0.0, 0.0], [[2, 2], [2, 2]], shaping=[[0.0, 0.0], [0.0, -0.1]], groups=[0, 0])
     assert torch.allclose(batch.returns, torch.tensor([0.0, -0.1]))
-    credit, metrics = grpo_credit(batch, CreditOptions(scale_by_std=False))
+    credit, metrics = grpo_credit(batch, replace(TrainConfig().credit_options, grpo_scale_by_std=False))
     assert torch.allclose(credit, torch.tensor([0.05] * 4 + [-0.05] * 4))  # (R_i - mean) on every token
-    scaled, _ = grpo_credit(batch, CreditOptions(eps=0.0))
+    scaled, _ = grpo_credit(batch, replace(TrainConfig().credit_options, grpo_eps=0.0))
     assert torch.allclose(scaled, torch.tensor([1 / math.sqrt(2)] * 4 + [-1 / math.sqrt(2)] * 4))
     assert metrics["credit/degenerate_group_fraction"] == 0.0
 
 
 def test_grpo_success_beats_failure_and_scale_follows_the_returns():
     batch = make_batch([10.0, 0.0, 0.0, 0.0], [0.0] * 4, [[1], [1], [1], [1]], groups=[0, 0, 0, 0])
-    credit, _ = grpo_credit(batch, CreditOptions(scale_by_std=False))
+    credit, _ = grpo_credit(batch, replace(TrainConfig().credit_options, grpo_scale_by_std=False))
     assert torch.allclose(credit, torch.tensor([7.5, -2.5, -2.5, -2.5]))
 
 
 def test_reinforce_credit_is_centered_reward_plus_shaping_on_every_token():
     batch = make_batch([1.0], [0.25], [[2, 1]], shaping=[[0.0, -0.1]])
-    credit, _ = reinforce_credit(batch, CreditOptions())
+    credit, _ = reinforce_credit(batch, TrainConfig().credit_options)
     assert torch.allclose(credit, torch.tensor([0.75, 0.75, 0.65]))
 
 
 def test_weight_normalization_is_per_trajectory():
     batch = make_batch([1.0, 1.0], [0.0, 0.0], [[2], [2]], weights=[0.1, 0.2, 0.4, 0.8])
-    credit, _ = hp_rlvr_credit(batch, CreditOptions(weight_norm="max"))
+    credit, _ = hp_rlvr_credit(batch, replace(TrainConfig().credit_options, weight_norm="max"))
     assert torch.allclose(credit, torch.tensor([0.5, 1.0, 0.5, 1.0]))
 
 
@@ -233,7 +234,7 @@ def test_zero_turn_credit_zeroes_masked_turns_exactly_and_keeps_the_rest(rule):
     weights = torch.rand(8, generator=torch.Generator().manual_seed(0)).tolist()
     batch = make_batch([1.0, 0.0], [0.25, 0.5], [[2, 3], [1, 2]], shaping=[[0.0, -0.1], [-0.1, 0.0]], weights=weights,
                        groups=[0, 0])
-    credit, _ = rule(batch, CreditOptions())
+    credit, _ = rule(batch, TrainConfig().credit_options)
     masked = torch.tensor([False, True, True, False])
     on_masked = masked[batch.token_turn]
     out = zero_turn_credit(credit, batch.token_turn, masked)
@@ -249,8 +250,8 @@ def test_zero_credit_tokens_get_no_gradient_even_off_policy():
     credit = torch.tensor([0.5, -0.5, 0.5, -0.5])
     logprobs = torch.tensor([-0.2, -0.2, -1.5, 0.0], requires_grad=True)  # ratios far outside the clip range
     masked = zero_turn_credit(credit, torch.tensor([0, 0, 1, 1]), torch.tensor([False, True]))
-    (grad,) = torch.autograd.grad(clipped_policy_loss(logprobs, old, masked, torch.ones(4), 0.2, 0.28)[0], logprobs)
-    (full,) = torch.autograd.grad(clipped_policy_loss(logprobs, old, credit, torch.ones(4), 0.2, 0.28)[0], logprobs)
+    (grad,) = torch.autograd.grad(clipped_policy_loss(logprobs, old, masked, 0.2, 0.28, 3.0)[0], logprobs)
+    (full,) = torch.autograd.grad(clipped_policy_loss(logprobs, old, credit, 0.2, 0.28, 3.0)[0], logprobs)
     assert grad[2:].tolist() == [0.0, 0.0] and torch.equal(grad[:2], full[:2]) and bool((full[2:] != 0).any())
 
 
@@ -342,16 +343,16 @@ def test_normalize_weights():
 def test_grpo_advantages_hand_computed():
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    advantages, metrics = grpo_advantages(rewards, groups, eps=0.0)
+    advantages, metrics = grpo_advantages(rewards, groups, True, 0.0)
     mean, std = 0.75, math.sqrt(((0.25**2) * 3 + 0.75**2) / 3)  # unbiased std
     expected = [(r - mean) / std for r in (1.0, 0.0, 1.0, 1.0)] + [0.0] * 4
     assert torch.allclose(advantages, torch.tensor(expected), atol=1e-6)
     assert metrics["credit/degenerate_group_fraction"] == 0.5
-    unscaled, _ = grpo_advantages(rewards, groups, scale_by_std=False)
+    unscaled, _ = grpo_advantages(rewards, groups, False, 1e-6)
     assert torch.allclose(unscaled[:4], torch.tensor([0.25, -0.75, 0.25, 0.25]))
 
 
 def test_grpo_equal_rewards_give_exact_zero():
-    advantages, metrics = grpo_advantages(torch.full((8,), 10.0), torch.zeros(8, dtype=torch.long))
+    advantages, metrics = grpo_advantages(torch.full((8,), 10.0), torch.zeros(8, dtype=torch.long), True, 1e-6)
     assert torch.equal(advantages, torch.zeros(8))
     assert metrics["credit/degenerate_group_fraction"] == 1.0

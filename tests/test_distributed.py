@@ -37,7 +37,7 @@ def _fixed_batch(tmp_path: Path, algo: str) -> Path:
     envs = [TiedOrNot() for _ in episodes]
     torch.manual_seed(0)
     trajectories = collect(policy, envs, "tied-or-not", episodes, SamplingParams(max_new_tokens=6), 1, seed=0)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=credit_rule(algo).hindsight)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=credit_rule(algo).hindsight)
     path = tmp_path / "batch.pt"
     torch.save({"trajectories": trajectories, "scores": scores, "algo": algo}, path)
     return path

@@ -90,7 +90,7 @@ def test_hindsight_messages_append_to_last_user_message():
 def test_causal_logprobs_match_a_plain_forward(tiny_policy):
     trajectory, _ = _math_trajectory(tiny_policy)
     turn = trajectory.turns[0]
-    (scores,) = score_trajectories(tiny_policy, [trajectory], ScoringOptions(), with_hindsight=False)
+    (scores,) = score_trajectories(tiny_policy, [trajectory], ScoringOptions.from_config(), with_hindsight=False)
     ids = torch.tensor([turn.prompt_ids + turn.action_ids])
     with torch.no_grad():
         logits = tiny_policy.model(ids).logits[0]
@@ -104,7 +104,7 @@ def test_identical_contexts_give_zero_weight(tiny_policy, monkeypatch):
     """With the block removed, the two views coincide: any misalignment would show."""
     trajectory, _ = _math_trajectory(tiny_policy)
     monkeypatch.setattr(hindsight, "hindsight_messages", lambda messages, block: messages)
-    (scores,) = score_trajectories(tiny_policy, [trajectory], ScoringOptions(max_segment_tokens=5), with_hindsight=True)
+    (scores,) = score_trajectories(tiny_policy, [trajectory], replace(ScoringOptions.from_config(), max_segment_tokens=5), with_hindsight=True)
     assert scores.weights[0].shape == (len(trajectory.turns[0].action_ids),)
     assert scores.weights[0].abs().max().item() < 1e-5
 
@@ -112,7 +112,7 @@ def test_identical_contexts_give_zero_weight(tiny_policy, monkeypatch):
 def test_hindsight_weights_are_bounded_and_informative(tiny_policy):
     single, _ = _math_trajectory(tiny_policy)
     multi = _multi_turn_trajectory(tiny_policy)
-    scores = score_trajectories(tiny_policy, [single, multi], ScoringOptions(batch_tokens=256), with_hindsight=True)
+    scores = score_trajectories(tiny_policy, [single, multi], replace(ScoringOptions.from_config(), score_batch_tokens=256), with_hindsight=True)
     for score, trajectory in zip(scores, [single, multi]):
         for weights, logprobs, turn in zip(score.weights, score.causal_logprobs, trajectory.turns):
             assert weights.shape == logprobs.shape == (len(turn.action_ids),)
@@ -120,7 +120,7 @@ def test_hindsight_weights_are_bounded_and_informative(tiny_policy):
             assert bool((logprobs <= 0).all())
         assert torch.cat(score.weights).max() > 0  # the privileged block changes the distribution
     # Causal log-probs do not depend on whether hindsight was scored, nor on batching.
-    plain = score_trajectories(tiny_policy, [single, multi], ScoringOptions(), with_hindsight=False)
+    plain = score_trajectories(tiny_policy, [single, multi], ScoringOptions.from_config(), with_hindsight=False)
     for a, b in zip(scores, plain):
         for x, y in zip(a.causal_logprobs, b.causal_logprobs):
             assert torch.allclose(x, y, atol=1e-4)
@@ -172,7 +172,7 @@ def test_packed_scoring_equals_the_per_segment_reference(tiny_policy, kind):
         long_response = "\n\n".join(f"Step {k}: add {k} and {k + 1} to get {2 * k + 1}." for k in range(5))
         trajectories = [_math_trajectory(tiny_policy, long_response)[0], _long_prompt_single_step(tiny_policy)]
         assert len(trajectories[1].turns[0].prompt_ids) > 300
-    options = ScoringOptions(max_segment_tokens=12, max_block_tokens=128)
+    options = replace(ScoringOptions.from_config(), max_segment_tokens=12, max_block_tokens=128)
     packed = score_trajectories(tiny_policy, trajectories, replace(options, packed=True), with_hindsight=True)
     reference = score_trajectories(tiny_policy, trajectories, replace(options, packed=False), with_hindsight=True)
     assert _max_difference(packed, reference, "causal_logprobs") <= 1e-4
@@ -184,7 +184,7 @@ def test_packed_scoring_equals_the_per_segment_reference(tiny_policy, kind):
     long_prompted = 0 if kind == "multi_turn" else 1
     sequences = [turn.prompt_ids + turn.action_ids for turn in trajectories[long_prompted].turns]
     sequences += [seq for i, _, seq in hindsight if i == long_prompted]
-    rows, _ = pack_sequences(sequences, options.batch_tokens)
+    rows, _ = pack_sequences(sequences, options.score_batch_tokens)
     assert sum(len(row) for row in rows) < 0.8 * sum(len(s) for s in sequences)
     # Without hindsight (GRPO's replay) the packed causal log-probs agree too.
     plain = score_trajectories(tiny_policy, trajectories, options, with_hindsight=False)
@@ -197,7 +197,7 @@ def test_scoring_after_a_rollout_reuses_its_prompts_keys_and_values(tiny_policy,
     import hp_agent.packing as packing
 
     trajectories = [_alfworld_like_trajectory(tiny_policy), _multi_turn_trajectory(tiny_policy)]
-    options = ScoringOptions(max_segment_tokens=12, max_block_tokens=128)
+    options = replace(ScoringOptions.from_config(), max_segment_tokens=12, max_block_tokens=128)
     reference = score_trajectories(tiny_policy, trajectories, replace(options, packed=False), with_hindsight=True)
     tiny_policy.prefix_cache.clear()
     prompts = [turn.prompt_ids for traj in trajectories for turn in traj.turns]

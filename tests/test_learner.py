@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hp_agent import TextEnv, Verdict
-from hp_agent.credit import CreditOptions, HistoricalBaseline
+from hp_agent.config import TrainConfig
+from hp_agent.credit import HistoricalBaseline
 from hp_agent.credit_rules import CREDIT_RULES, credit_rule, register_credit
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, score_trajectories
@@ -28,19 +29,22 @@ def _rollouts(policy, tasks=3, group=1, max_new_tokens=24):
     return collect(policy, envs, "math", episodes, SamplingParams(max_new_tokens=max_new_tokens))
 
 
-def _learner(policy, micro_batch_tokens=4096, lr=1e-3, mini_batch_prompts=1000, group_size=1, record_batch_size=8):
-    return Learner(policy, lr=lr, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                   micro_batch_tokens=micro_batch_tokens, mini_batch_prompts=mini_batch_prompts, group_size=group_size,
-                   record_batch_size=record_batch_size)
+def _learner(policy, micro_batch_tokens=4096, lr=1e-3, mini_batch_prompts=1000, group_size=1, record_batch_size=8,
+             **learner):
+    """The config's learner with these keys (``learner``: further ``learner`` section keys)."""
+    config = TrainConfig.model_validate({"algo": {"group_size": group_size}, "learner": {
+        "lr": lr, "max_grad_norm": 1e9, "micro_batch_tokens": micro_batch_tokens, "mini_batch_prompts": mini_batch_prompts,
+        "record_batch_size": record_batch_size, **learner}})
+    return Learner.from_config(policy, config)
 
 
 def _credit(trajectories, scores, algo="hp-rlvr", baseline=None):
-    return assign_credit(trajectories, scores, credit_rule(algo), CreditOptions(), baseline or HistoricalBaseline())
+    return assign_credit(trajectories, scores, credit_rule(algo), TrainConfig().credit_options, baseline or HistoricalBaseline())
 
 
 def test_learner_trains_on_the_sampled_token_ids(policy):
     trajectories = _rollouts(policy)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     assert len(samples) == len(trajectories)
     for (sample,), trajectory, score in zip(samples, trajectories, scores):
@@ -53,24 +57,11 @@ def test_learner_trains_on_the_sampled_token_ids(policy):
         assert torch.allclose(score.causal_logprobs[0], torch.tensor(turn.sample_logprobs), atol=1e-3)
 
 
-def test_masked_tokens_never_contribute():
-    logprobs = torch.randn(2, 6, requires_grad=True)
-    old = logprobs.detach() + 0.05 * torch.randn(2, 6)
-    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]])
-    credit = torch.randn(2, 6)
-    loss, _ = clipped_policy_loss(logprobs, old, credit, mask, 0.2, 0.28)
-    wild = torch.where(mask.bool(), credit, torch.full_like(credit, 1e6))
-    loss_wild, _ = clipped_policy_loss(logprobs, old, wild, mask, 0.2, 0.28)
-    assert torch.equal(loss, loss_wild)
-    loss.backward()
-    assert bool((logprobs.grad[~mask.bool()] == 0).all()) and bool((logprobs.grad[mask.bool()] != 0).all())
-
-
 def test_clipped_loss_hand_values():
     old = torch.zeros(3)
     logprobs = torch.log(torch.tensor([1.5, 0.5, 1.1]))  # ratios 1.5, 0.5, 1.1
     credit = torch.tensor([1.0, -1.0, 2.0])
-    loss, metrics = clipped_policy_loss(logprobs, old, credit, torch.ones(3), 0.2, 0.28)
+    loss, metrics = clipped_policy_loss(logprobs, old, credit, 0.2, 0.28, 3.0)
     # min(1.5, 1.28) * 1 = 1.28; min(0.5 * -1, 0.8 * -1) = -0.8; min(2.2, 2.2) = 2.2
     assert loss.item() == pytest.approx(-(1.28 - 0.8 + 2.2) / 3)
     assert metrics["loss/clip_fraction"] == pytest.approx(2 / 3)
@@ -83,14 +74,14 @@ def test_dual_clip_bounds_negative_credit_only():
     ratios = torch.tensor([5.0, 2.0, 5.0, 0.5])
     credit = torch.tensor([-1.0, -1.0, 1.0, -1.0])
     logprobs = torch.log(ratios).requires_grad_()
-    loss, metrics = clipped_policy_loss(logprobs, old, credit, torch.ones(4), 0.2, 0.28, clip_ratio_c=3.0)
+    loss, metrics = clipped_policy_loss(logprobs, old, credit, 0.2, 0.28, clip_ratio_c=3.0)
     # -3 (dual clip), -2 (unclipped: min(-2, -1.28)), min(5, 1.28) = 1.28, min(-0.5, -0.8) = -0.8
     assert loss.item() == pytest.approx(-(-3.0 - 2.0 + 1.28 - 0.8) / 4)
     assert metrics["loss/ratio_max"] == pytest.approx(5.0)
     loss.backward()
     assert logprobs.grad[0] == 0 and logprobs.grad[2] == 0  # dual-clipped, upper-clipped
     assert logprobs.grad[1] > 0  # lowering a negative-credit token's probability lowers the loss
-    plain, _ = clipped_policy_loss(torch.log(ratios), old, credit, torch.ones(4), 0.2, 0.28, clip_ratio_c=None)
+    plain, _ = clipped_policy_loss(torch.log(ratios), old, credit, 0.2, 0.28, clip_ratio_c=None)
     assert plain.item() == pytest.approx(-(-5.0 - 2.0 + 1.28 - 0.8) / 4)
 
 
@@ -98,7 +89,7 @@ def test_zero_credit_gives_an_exact_zero_gradient(policy):
     trajectories = _rollouts(policy, tasks=2, group=4)
     for trajectory in trajectories:  # every member of each group failed alike
         trajectory.reward, trajectory.success = 0.0, False
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
     samples, metrics = _credit(trajectories, scores, "grpo")
     assert metrics["credit/degenerate_group_fraction"] == 1.0
     before = copy.deepcopy(policy.model.state_dict())
@@ -110,7 +101,7 @@ def test_zero_credit_gives_an_exact_zero_gradient(policy):
 
 def test_micro_batching_does_not_change_the_update(policy):
     trajectories = _rollouts(policy, tasks=4)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     other = copy.deepcopy(policy)
     (whole,) = _learner(policy, micro_batch_tokens=100_000).step(samples)
@@ -182,7 +173,7 @@ def test_invalid_turn_lowers_hp_rlvr_credit_from_env_to_learner(tiny_policy):
     invalid one. A flipped sign anywhere on the way makes the invalid turn's credit higher.
     """
     (trajectory,) = _two_step_rollouts(tiny_policy, [Episode("t"), Episode("t")])[1:]
-    scores = score_trajectories(tiny_policy, [trajectory], ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(tiny_policy, [trajectory], ScoringOptions.from_config(), with_hindsight=True)
     ([valid, invalid],), metrics = _credit([trajectory], scores)
     assert torch.equal(valid.credit, torch.zeros_like(valid.credit))
     assert torch.allclose(invalid.credit, torch.full_like(invalid.credit, -0.1))
@@ -191,7 +182,7 @@ def test_invalid_turn_lowers_hp_rlvr_credit_from_env_to_learner(tiny_policy):
 
 def test_grpo_gives_the_failed_rollout_with_an_invalid_turn_the_lower_advantage(tiny_policy):
     trajectories = _two_step_rollouts(tiny_policy, [Episode("t", group=0), Episode("t", group=0)])
-    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
     (clean, _), (costly, _) = _credit(trajectories, scores, "grpo")[0]
     assert clean.credit.min() > 0 > costly.credit.max()
     assert float(clean.credit[0]) == pytest.approx(-float(costly.credit[0]))
@@ -199,7 +190,7 @@ def test_grpo_gives_the_failed_rollout_with_an_invalid_turn_the_lower_advantage(
 
 def test_a_registered_credit_rule_plugs_in_without_trainer_changes(tiny_policy):
     trajectories = _two_step_rollouts(tiny_policy, [Episode("t"), Episode("t")])
-    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(tiny_policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
 
     @register_credit("test-turn-index")
     def turn_index(batch, options):
@@ -220,7 +211,7 @@ def test_a_tied_group_gives_exactly_its_zero_record_next_to_a_split_one(policy):
     trajectories = _rollouts(policy, tasks=2, group=4)
     for k, trajectory in enumerate(trajectories):
         trajectory.reward = 0.0 if k < 4 else float(k % 2)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=False)
     samples, _ = _credit(trajectories, scores, "grpo")
     (step,) = _learner(copy.deepcopy(policy), mini_batch_prompts=2, group_size=4, record_batch_size=4).step(samples)
     tied, split = step.record_norms
@@ -246,7 +237,7 @@ def test_learner_and_scoring_are_built_from_their_config_sections(tiny_policy):
     assert learner.optimizer.param_groups[0]["lr"] == 3e-4 and learner.mini_batch_prompts == 4
     assert (learner.max_grad_norm, learner.clip_eps_high, learner.clip_ratio_c, learner.model.module.temperature) == (0.5, 0.3, None, 0.7)
     scoring = ScoringOptions.from_config(config)
-    assert (scoring.future_turns, scoring.batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
+    assert (scoring.future_turns, scoring.score_batch_tokens, scoring.packed, scoring.temperature) == (3, 2048, False, 0.7)
     assert scoring.max_block_tokens == config.hindsight.max_block_tokens
 
 
@@ -260,14 +251,12 @@ def _decoder_layer_calls(policy) -> list[torch.dtype]:
 
 def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradients(policy):
     trajectories = _rollouts(policy, tasks=3)
-    scores = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     other = copy.deepcopy(policy)
     plain_calls, checkpointed_calls = _decoder_layer_calls(policy), _decoder_layer_calls(other)
     (plain,) = _learner(policy).step(samples)
-    (checkpointed,) = Learner(other, lr=1e-3, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                              micro_batch_tokens=4096, mini_batch_prompts=1000, group_size=1, record_batch_size=8,
-                              activation_checkpointing=True).step(samples)
+    (checkpointed,) = _learner(other, activation_checkpointing=True).step(samples)
     assert len(checkpointed_calls) == 2 * len(plain_calls) > 0  # each layer runs again in backward
     assert plain.grad_norm > 0 and checkpointed.grad_norm == pytest.approx(plain.grad_norm, rel=1e-5)
     for (name, a), b in zip(policy.model.named_parameters(), other.model.parameters()):
@@ -278,19 +267,17 @@ def test_mixed_precision_computes_in_bfloat16_on_float32_master_weights():
     torch.manual_seed(0)
     rollout_policy = load_policy("tiny", dtype="bfloat16")
     trajectories = _rollouts(rollout_policy, tasks=3)
-    scores = score_trajectories(rollout_policy, trajectories, ScoringOptions(), with_hindsight=True)
+    scores = score_trajectories(rollout_policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     samples, _ = _credit(trajectories, scores, baseline=HistoricalBaseline(initial=0.5))
     pure_bf16 = copy.deepcopy(rollout_policy)
     start = {k: v.float().clone() for k, v in rollout_policy.model.state_dict().items()}
     calls = _decoder_layer_calls(rollout_policy)
-    options = dict(lr=1e-5, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                   micro_batch_tokens=4096, mini_batch_prompts=1000, group_size=1, record_batch_size=8)
-    mixed = Learner(rollout_policy, **options, mixed_precision=True)
+    mixed = _learner(rollout_policy, lr=1e-5, mixed_precision=True)
     for _ in range(3):
         mixed.step(samples)
-    Learner(pure_bf16, **options).step(samples)
+    _learner(pure_bf16, lr=1e-5, mixed_precision=False).step(samples)
     for _ in range(2):
-        Learner(pure_bf16, **options).step(samples)
+        _learner(pure_bf16, lr=1e-5, mixed_precision=False).step(samples)
     master = dict(mixed.model.trained.named_parameters())
     assert all(p.dtype == torch.float32 for p in master.values())  # master weights and AdamW state in float32
     assert all(state["exp_avg"].dtype == torch.float32 for state in mixed.optimizer.state.values())
@@ -313,7 +300,7 @@ def test_a_grpo_step_without_replay_takes_the_replayed_step(policy):
     trajectories = _rollouts(policy, tasks=2, group=4)
     for i, trajectory in enumerate(trajectories):  # both groups split, so every advantage is nonzero
         trajectory.reward, trajectory.success = float(i % 2), bool(i % 2)
-    replayed, _ = _credit(trajectories, score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=False),
+    replayed, _ = _credit(trajectories, score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=False),
                           "grpo")
     unreplayed, _ = _credit(trajectories, unreplayed_scores(trajectories), "grpo")
     assert all(s.old_logprobs is None for turns in unreplayed for s in turns)
@@ -326,14 +313,33 @@ def test_a_grpo_step_without_replay_takes_the_replayed_step(policy):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
 
 
-def _synthetic_batch(prompts: int, group: int, seed: int = 0) -> list[list[TrainingSample]]:
-    """One one-turn trajectory per rollout slot: random ids, credit of either sign."""
+def _synthetic_batch(prompts: int, group: int, seed: int = 0, replayed: bool = True) -> list[list[TrainingSample]]:
+    """One one-turn trajectory per rollout slot: random ids, credit of either sign, and
+    (``replayed``) behaviour log-probs."""
     generator = torch.Generator().manual_seed(seed)
     batch = []
     for _ in range(prompts * group):
         ids = torch.randint(5, 200, (12,), generator=generator).tolist()
-        batch.append([TrainingSample(ids, 8, None, torch.randn(4, generator=generator))])
+        old = -torch.rand(4, generator=generator) if replayed else None
+        batch.append([TrainingSample(ids, 8, old, torch.randn(4, generator=generator))])
     return batch
+
+
+def test_the_learner_needs_behaviour_logprobs_once_a_batch_takes_several_optimizer_steps(tiny_policy):
+    learner = _learner(tiny_policy, mini_batch_prompts=4, group_size=2)
+    assert [learner.needs_behaviour_logprobs(prompts) for prompts in (1, 4, 5, 8, 9)] == [False, False, True, True, True]
+
+
+def test_a_batch_of_several_optimizer_steps_without_behaviour_logprobs_is_refused_before_any_step(tiny_policy):
+    """Without old_logprobs the ratio is 1 by construction: right in the first optimizer
+    step, silently wrong in the later ones (stale weights), so the learner refuses."""
+    learner = _learner(copy.deepcopy(tiny_policy), mini_batch_prompts=2, group_size=2)
+    before = {name: p.detach().clone() for name, p in learner.policy.model.named_parameters()}
+    with pytest.raises(ValueError, match=r"2 optimizer steps.*learner\.mini_batch_prompts=2.*trainer\.prompts_per_step"):
+        learner.step(_synthetic_batch(3, 2, replayed=False))
+    assert all(torch.equal(p, before[name]) for name, p in learner.policy.model.named_parameters())
+    assert len(learner.step(_synthetic_batch(2, 2, replayed=False))) == 1  # one step: its own log-probs stand in
+    assert len(learner.step(_synthetic_batch(3, 2))) == 2  # replayed: both steps train
 
 
 @pytest.mark.parametrize("prompts, grpo_records, hp_records", [(4, 4, 1), (16, 16, 2)])

@@ -27,8 +27,7 @@ LORA = ModelConfig(lora_rank=4)
 
 
 def _learner(policy):
-    return Learner(policy, lr=1e-2, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0, max_grad_norm=1e9,
-                   micro_batch_tokens=4096, mini_batch_prompts=8, group_size=1, record_batch_size=8)
+    return Learner.from_config(policy, load_config(overrides=["learner.lr=1e-2", "learner.max_grad_norm=1e9"]))
 
 
 def _samples(policy, seed=0):

@@ -1,5 +1,7 @@
 """Prefix (KV-cache) reuse in the transformers backend: same samples, fewer tokens run."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -134,8 +136,8 @@ def test_the_packed_scorer_after_publish_matches_a_plain_forward(tiny_policy) ->
     assert policy.prefix_cache.lookup(turn.prompt_ids)[1] > 0  # the scorer would reuse the rollout's keys
     update_unseen_by_version_counters(policy.model)
     train.publish()
-    (packed,) = score_trajectories(policy, trajectories, ScoringOptions(), with_hindsight=True)
-    (reference,) = score_trajectories(policy, trajectories, ScoringOptions(packed=False), with_hindsight=True)
+    (packed,) = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
+    (reference,) = score_trajectories(policy, trajectories, replace(ScoringOptions.from_config(), packed=False), with_hindsight=True)
     expected = teacher_forced_logprobs(policy.model, turn.prompt_ids, turn.action_ids)
     assert torch.allclose(packed.causal_logprobs[0], expected, atol=1e-5)
     assert torch.allclose(packed.weights[0], reference.weights[0], atol=1e-5)

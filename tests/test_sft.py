@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import hp_agent.sft as sft_module
+from hp_agent.config import load_config
 from hp_agent.hindsight import ScoringOptions
 from hp_agent.policies import SamplingParams
 from hp_agent.sft import sft
@@ -58,7 +59,7 @@ def test_interrupted_warmup_resumes_to_the_same_weights(tmp_path, monkeypatch, _
 
 def test_hindsight_copies_of_played_episodes_show_each_turn_its_future_and_outcome(tiny_policy):
     played = sft_module.play_first_tasks(tiny_policy, "keys", {"split": "train"}, 3, SamplingParams(max_new_tokens=5))
-    copies = sft_module.hindsight_copies(tiny_policy, played, ScoringOptions())
+    copies = sft_module.hindsight_copies(tiny_policy, played, ScoringOptions.from_config())
     turns = [(trajectory, turn) for trajectory in played for turn in trajectory.turns]
     assert len(played) == 3 and len(copies) == len(turns)  # keys' turns are short: one segment each
     for (trajectory, turn), (ids, start) in zip(turns, copies):
@@ -74,6 +75,19 @@ def test_hindsight_warmup_from_an_env_learns_demonstrations_and_copies(tmp_path)
     assert both.examples > plain.examples + 2  # the demonstrations, then a copy of every played turn
     with pytest.raises(ValueError, match="hindsight_episodes must be >= 1"):
         sft(tmp_path / "none", env="keys", steps=1, hindsight=True, hindsight_episodes=0)
+
+
+def test_hindsight_copies_render_blocks_with_the_runs_hindsight_section(tmp_path, monkeypatch):
+    """sft's privileged blocks are the ones the run's scorer will show: its config's, else the defaults."""
+    seen = []
+    copies = sft_module.hindsight_copies
+    monkeypatch.setattr(sft_module, "hindsight_copies", lambda *args: seen.append(args[2]) or copies(*args))
+    config = load_config(overrides=["hindsight.future_turns=1", "hindsight.max_block_tokens=96"])
+    for out, run in (("default", None), ("configured", config)):
+        sft(tmp_path / out, env="keys", steps=1, batch_size=2, hindsight=True, hindsight_episodes=1,
+            hindsight_max_new_tokens=5, config=run)
+    assert seen == [ScoringOptions.from_config(), ScoringOptions.from_config(config)]
+    assert (seen[1].future_turns, seen[1].max_block_tokens) == (1, 96)
 
 
 def test_prompt_loss_adds_the_prompt_tokens_nll_with_its_weight(tiny_policy):

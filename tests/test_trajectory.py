@@ -53,14 +53,6 @@ def test_format_token_mask_marks_markup_and_special_tokens():
     assert format_token_mask(["a", "b"], None) == [False, False]
 
 
-def test_files_with_a_positive_penalty_read_as_negative_shaping(tmp_path):
-    path = tmp_path / "old.jsonl"
-    turn = {"prompt_messages": [], "prompt_ids": [1], "action_ids": [2], "sample_logprobs": [0.0], "action_text": "x", "penalty": 0.1}
-    path.write_text(json.dumps({"env": "alfworld", "task_id": "g", "task_type": "pick", "turns": [turn]}) + "\n")
-    (trajectory,) = read_jsonl(path)
-    assert trajectory.turns[0].shaping == -0.1
-
-
 def test_files_without_truncated_turn_flags_read_as_not_truncated(tmp_path):
     path = tmp_path / "old.jsonl"
     turn = {"prompt_messages": [], "prompt_ids": [1], "action_ids": [2], "sample_logprobs": [0.0], "action_text": "x"}

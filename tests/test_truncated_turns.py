@@ -5,8 +5,8 @@ zero credit (mask) or as an invalid action (invalid; see tests/test_rollout.py).
 import pytest
 
 import hp_agent
-from hp_agent.config import ConfigError, load_config
-from hp_agent.credit import CreditOptions, HistoricalBaseline
+from hp_agent.config import ConfigError, TrainConfig, load_config
+from hp_agent.credit import HistoricalBaseline
 from hp_agent.credit_rules import credit_rule
 from hp_agent.hindsight import unreplayed_scores
 from hp_agent.files import read_jsonl_records
@@ -20,7 +20,7 @@ def _trajectory(group: int, reward: float, cut: list[bool], shaping: list[float]
 
 
 def _credits(trajectories: list[Trajectory], algo: str, **options) -> list[list[list[float]]]:
-    samples, _ = assign_credit(trajectories, unreplayed_scores(trajectories), credit_rule(algo), CreditOptions(),
+    samples, _ = assign_credit(trajectories, unreplayed_scores(trajectories), credit_rule(algo), TrainConfig().credit_options,
                                HistoricalBaseline(initial=0.25), **options)
     return [[sample.credit.tolist() for sample in turns] for turns in samples]
 

@@ -255,15 +255,14 @@ def test_sync_weights_makes_the_engine_sample_the_updated_model(policy, prompts)
 @needs_vllm
 def test_sync_after_a_learner_step(policy, prompts):
     """The trainer's order: rollout, learner.step, sync_weights; then the next rollout is on-policy."""
+    from hp_agent.config import load_config
     from hp_agent.learner import Learner, TrainingSample
 
     original = {name: t.clone() for name, t in policy.model.state_dict().items()}
     sampling = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0)
     try:
         before = policy.generate(prompts, sampling)
-        learner = Learner(policy, lr=1e-2, clip_eps_low=0.2, clip_eps_high=0.28, temperature=1.0,
-                          max_grad_norm=1.0, micro_batch_tokens=4096, mini_batch_prompts=8, group_size=1,
-                          record_batch_size=8)
+        learner = Learner.from_config(policy, load_config(overrides=["learner.lr=1e-2"]))
         samples = [
             TrainingSample(p + g.token_ids, len(p), torch.tensor(g.logprobs), torch.ones(len(g.token_ids)))
             for p, g in zip(prompts, before)

@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import Cache
 
+from hp_agent.config import ModelConfig
 from hp_agent.constraint import ActionTrie, TrieWalk
 from hp_agent.errors import UserValueError
 from hp_agent.policies.lora import is_adapter_folder, load_adapter_model
@@ -15,7 +16,7 @@ from hp_agent.policies import Generation, SamplingParams
 from hp_agent.policies.attention import DECODE_SDPA
 from hp_agent.policies.prefix_cache import PrefixCache, batch_past, row_sequence
 
-DEFAULT_PREFIX_CACHE_TOKENS = 32_768
+DEFAULT_PREFIX_CACHE_TOKENS: int = ModelConfig.model_fields["prefix_cache_tokens"].default  # the config's, one home
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -55,7 +55,7 @@ def _trained_steps(run_dir: Path) -> int:
     return checkpoint_step(checkpoint) if checkpoint is not None else 0
 
 
-def _cpu_seconds() -> float:
+def _cpu_seconds_with_children() -> float:
     """CPU time of this process and of the children it has waited for (env workers)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -69,10 +69,10 @@ def _train_to(config: CompareConfig, method: str, step: int, progress: bool) -> 
     start = _trained_steps(run_dir)
     if start >= step:
         return
-    wall, cpu = time.perf_counter(), _cpu_seconds()
+    wall, cpu = time.perf_counter(), _cpu_seconds_with_children()
     train(config.train_config(method, steps=step), resume=run_dir if (run_dir / "config.yaml").is_file() else None, progress=progress)
     record = {"method": method, "from_step": start, "to_step": step,
-              "wall_s": time.perf_counter() - wall, "cpu_s": _cpu_seconds() - cpu}
+              "wall_s": time.perf_counter() - wall, "cpu_s": _cpu_seconds_with_children() - cpu}
     with (config.out / "segments.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 

@@ -8,7 +8,6 @@ locations, the same ``:init`` predicates (``canContain`` per receptacle instance
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, field
@@ -278,7 +277,3 @@ def parse_problem(text: str) -> ParsedProblem:
     agent = next((a[1] for a in facts.get("atLocation", []) if a[0] == "agent1"), "")
     return ParsedProblem(rtypes, pairs("receptacleAtLocation"), otypes, pairs("inReceptacle"),
                          {a[0] for a in facts.get("openable", [])}, agent, "(:goal" + goal)
-
-
-def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False))
