@@ -8,15 +8,17 @@ Unknown keys are errors that name the key and list the valid ones.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hp_agent.credit import CreditOptions
 from hp_agent.credit_rules import CREDIT_RULES, CreditRule, credit_rule
 from hp_agent.errors import UserError
 from hp_agent.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from hp_agent.credit import CreditOptions
 
 
 class _Section(BaseModel):
@@ -274,6 +276,8 @@ class TrainConfig(_Section):
     @property
     def credit_options(self) -> CreditOptions:
         """What the credit rules read of this run: ``hindsight.weight_norm`` and ``algo``'s GRPO keys."""
+        from hp_agent.credit import CreditOptions  # torch: the config itself stays light
+
         return CreditOptions(self.hindsight.weight_norm, self.algo.grpo_scale_by_std, self.algo.grpo_eps)
 
     @model_validator(mode="after")
