@@ -75,3 +75,26 @@ def test_dagger_turns_carry_the_experts_advice_for_the_state_they_were_in(tmp_pa
         demos = tmp_path / "no-advice.jsonl"
         write_jsonl(demos, [])
         expert_label_sequences(tiny_policy, demos)
+
+
+def test_chat_mode_demonstrations_are_prompted_as_a_chat_mode_run(tiny_policy):
+    """With chat=True each turn's prompt is the whole conversation so far, as the RL
+    rollout of a chat-mode run (prompt_mode=chat, rollout.chat_history) prompts that state."""
+    from hp_agent.envs import make
+    from hp_agent.policies import SamplingParams
+    from hp_agent.rollout import Episode, collect
+
+    (won,), played = expert_demonstrations(split="id", limit=1, chat=True)
+    env = make("alfworld", split="id", num_games=1, prompt_mode="chat")
+    observation, _ = env.reset(seed=0, options={"task_id": won.task_id})  # the demonstration's episode 0, seed 0
+    conversation = [{"role": "user", "content": observation}]
+    for turn in won.turns:
+        assert turn.prompt_messages == conversation
+        observation, *_ = env.step(turn.action_text)
+        conversation = conversation + [{"role": "assistant", "content": turn.action_text},
+                                       {"role": "user", "content": observation}]
+    assert len(won.turns) > 1
+    (model,) = collect(tiny_policy, [env], "alfworld", [Episode(won.task_id)], SamplingParams(max_new_tokens=4),
+                       max_turns=1, chat_history=True)
+    env.close()
+    assert model.turns[0].prompt_ids == tokenize_demonstration(won, tiny_policy).turns[0].prompt_ids
