@@ -281,6 +281,7 @@ def data_alfworld(
     max_steps: int = typer.Option(50, help="With --dagger: steps per episode."),
     seed: int = typer.Option(0, help="With --dagger: sampling seed."),
     temperature: float = typer.Option(1.0, help="With --dagger: sampling temperature of the playing model (0: greedy)."),
+    chat: bool = typer.Option(False, help="With --demos/--dagger: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far."),
     workers: int = typer.Option(2, help="Processes building or playing games in parallel."),
 ) -> None:
     """Find, build and show ALFWorld games (source, counts per split and task type); export demonstrations."""
@@ -297,7 +298,8 @@ def data_alfworld(
             _fail(f"alfworld-download failed (is the network reachable?):\n{done.stderr[-1500:]}")
     from hp_agent.envs.alfworld import sources
     from hp_agent.envs.alfworld.build import build_games
-    from hp_agent.envs.alfworld.catalog import describe, expert_demonstrations
+    from hp_agent.envs.alfworld.catalog import describe
+    from hp_agent.scripted_play import expert_demonstrations
     from hp_agent.envs.alfworld.data import find_data_root, missing_data_message
 
     build_splits = list(splits or ("train", "id", "ood"))
@@ -333,23 +335,26 @@ def data_alfworld(
         from hp_agent.trajectory import write_jsonl
 
         policy = load_policy(model)
-        won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source, progress=True)
+        won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source, progress=True,
+                                            chat=chat)
         write_jsonl(demos, [tokenize_demonstration(t, policy) for t in won])
         console.print(f"demonstrations: the expert won {len(won)} of {played} {split} games; written to {demos}")
     if dagger is not None:
-        _write_dagger(dagger, model, build_splits[0] if splits else "train", source, limit, max_steps, seed, temperature)
+        _write_dagger(dagger, model, build_splits[0] if splits else "train", source, limit, max_steps, seed, temperature,
+                      chat)
 
 
 def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | None, max_steps: int, seed: int,
-                  temperature: float) -> None:
+                  temperature: float, chat: bool) -> None:
     from hp_agent.policies import SamplingParams, load_policy
     from hp_agent.sft import play_first_tasks
     from hp_agent.trajectory import write_jsonl
 
-    kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {})}
+    kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {}),
+              **({"prompt_mode": "chat"} if chat else {})}
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
     trajectories = play_first_tasks(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed, progress=True,
-                                    label="dagger")
+                                    label="dagger", chat_history=chat)
     write_jsonl(out, trajectories)
     turns = [turn for t in trajectories for turn in t.turns]
     labelled = sum(turn.expert_action is not None for turn in turns)

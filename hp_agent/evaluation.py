@@ -2,8 +2,8 @@
 
 A :class:`Player` plays the episodes: a model through :func:`hp_agent.rollout.collect`,
 or a scripted ALFWorld policy (``scripted="walkthrough" | "expert" | "random"``, no model
-loaded) through the same env API with :func:`hp_agent.envs.alfworld.scripted.play_episodes`.
-Both give trajectories, scored the same way. What differs between envs (the held-out
+loaded) as a :class:`~hp_agent.scripted_play.ScriptedActor` through
+:func:`hp_agent.rollout.play`, the same loop. Both give trajectories, scored the same way. What differs between envs (the held-out
 split, the order of task types, how to prepare only N tasks) the env class says.
 """
 
@@ -24,8 +24,9 @@ from hp_agent.envs import TextEnv, env_factory, make
 from hp_agent.errors import UserValueError
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
-from hp_agent.rollout import Episode, collect
+from hp_agent.envs.pool import EnvPool
 from hp_agent.files import atomic_write_text
+from hp_agent.rollout import Actor, Episode, collect, play
 from hp_agent.trajectory import Trajectory
 
 
@@ -187,36 +188,31 @@ class ModelPlayer:
     max_turns: int | None
     label: str
     constrain: bool = False  # each response one of the env's admissible actions (rollout.constrain_to_admissible)
+    chat_history: bool = False  # prompt with the whole conversation (rollout.chat_history)
 
     def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
-        trajectories: list[Trajectory] = []
         # Sampling draws from torch's generator: seed it so that an evaluation repeats
         # exactly, and fork it so that the caller's stream (a training run's) is untouched.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            for start in range(0, len(episodes), len(self.envs)):
-                chunk = episodes[start : start + len(self.envs)]
-                trajectories += collect(self.policy, self.envs, self.env_name, chunk, self.sampling, self.max_turns,
-                                        seed=seed + start, constrain=self.constrain)
-                on_done(len(chunk))
-        return trajectories
+            return collect(self.policy, self.envs, self.env_name, episodes, self.sampling, self.max_turns, seed=seed,
+                           chat_history=self.chat_history, constrain=self.constrain,
+                           on_wave=lambda wave: on_done(len(wave)))
 
 
 @dataclass
 class ScriptedPlayer:
-    name: str
-    env: TextEnv  # plays here with one worker; with more, each worker builds its own from env_kwargs
+    """An actor that needs no model (a scripted ALFWorld policy), on its own env pool."""
+
+    actor: Actor
+    pool: EnvPool
     env_name: str
-    env_kwargs: dict
-    workers: int
     label: str
+    chat_history: bool = False
 
     def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
-        from hp_agent.envs.alfworld.scripted import Job, play_episodes
-
-        jobs = [Job(episode.task_id, episode.group, seed + i) for i, episode in enumerate(episodes)]
-        return play_episodes(self.env, self.env_kwargs, self.name, jobs, env_name=self.env_name, workers=self.workers,
-                             on_done=lambda _: on_done(1))
+        return play(self.actor, self.pool, self.env_name, episodes, seed=seed, chat_history=self.chat_history,
+                    on_wave=lambda wave: on_done(len(wave)))
 
 
 def evaluate(
@@ -236,6 +232,7 @@ def evaluate(
     workers: int = 1,
     max_turns: int | None = None,
     constrain: bool = False,
+    chat_history: bool = False,
 ) -> EvalResult:
     """Play every task of a split ``samples`` times in a fixed order and score it.
 
@@ -245,7 +242,9 @@ def evaluate(
     in ``workers`` processes. Episode ``i`` (task-major order) is seeded ``seed + i``
     either way. ``max_turns`` caps a model's episode below the env's own step limit.
     ``constrain``: a model's responses are restricted to the env's admissible actions, as
-    ``rollout.constrain_to_admissible`` restricts training's.
+    ``rollout.constrain_to_admissible`` restricts training's. ``chat_history``: prompt with
+    the whole conversation, as ``rollout.chat_history`` does (pair with ALFWorld's
+    ``prompt_mode="chat"``).
     """
     if samples < 1:
         raise UserValueError(f"samples must be >= 1, got {samples}")
@@ -258,18 +257,20 @@ def evaluate(
     if limit and limit_argument:
         kwargs.setdefault(limit_argument, limit)  # the same prefix as task_ids()[:limit], and no more prepared
     with ExitStack() as stack:
+        first: TextEnv | EnvPool
         if scripted is not None:
-            from hp_agent.envs.alfworld.scripted import make_scripted
+            from hp_agent.scripted_play import ScriptedActor, scripted_pool
 
-            make_scripted(scripted)  # a bad name fails before any env is built
-            first = stack.enter_context(closing(make(env, **kwargs)))
-            player: Player = ScriptedPlayer(scripted, first, env, kwargs, workers, f"scripted:{scripted}")
+            actor = ScriptedActor(scripted)  # a bad name fails before any env is built
+            first = stack.enter_context(scripted_pool(actor, env, kwargs, workers))
+            player: Player = ScriptedPlayer(actor, first, env, f"scripted:{scripted}", chat_history)
         else:
             label = type(policy).__name__ if policy is not None else str(model or "tiny")
             policy = policy if policy is not None else load_policy(model or "tiny")
             envs = [stack.enter_context(closing(make(env, **kwargs))) for _ in range(parallel_envs)]
             first = envs[0]
-            player = ModelPlayer(policy, envs, env, sampling or SamplingParams(), max_turns, label, constrain)
+            player = ModelPlayer(policy, envs, env, sampling or SamplingParams(), max_turns, label, constrain,
+                                 chat_history)
         task_ids = first.task_ids()[:limit] if limit else first.task_ids()
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
         with LoopProgress(f"eval {env}/{split} ({player.label})", len(episodes), enabled=progress, every=10) as bar:

@@ -7,18 +7,25 @@ batched call, each action is decoded, and all actions go to the env pool in one
 Generation and environment time are measured separately (paper Table 2's "rollout
 generation" and "environment stepping"). An env that fails (raises, crashes its
 worker, times out) ends its episode as ``errored``; the others go on.
+
+What answers the prompts is an :class:`Actor`: :func:`collect` plays a model
+(:class:`ModelActor`), :func:`play` any actor, e.g. the scripted ALFWorld players of
+:mod:`hp_agent.envs.alfworld.scripted`. Both go through the one loop below, so a
+demonstration's prompts are rendered exactly as a model's RL prompts are.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from hp_agent.constraint import ActionTrie
 from hp_agent.envs.base import TextEnv
 from hp_agent.errors import UserValueError
 from hp_agent.envs.pool import EnvError, EnvPool, LocalPool
-from hp_agent.policies import Policy, SamplingParams
+from hp_agent.policies import Generation, Policy, SamplingParams
 from hp_agent.trajectory import Trajectory, Turn
 
 
@@ -38,6 +45,78 @@ class PhaseTimes:
 
     def add(self, phase: str, seconds: float) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One live episode's prompt: ``episode`` is its index in the played list (the key
+    of any per-episode state), ``info`` the env's latest info (its reset's, then each step's)."""
+
+    episode: int
+    messages: list[dict[str, str]]
+    info: dict[str, Any]
+
+
+@dataclass
+class Reply:
+    """An actor's response to one :class:`Ask`: its text, and for a model the token ids
+    it was sampled as. A reply without ids (a scripted one) is recorded as text only."""
+
+    text: str
+    prompt_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finished: bool = True  # False: cut before the end-of-turn token (Turn.truncated)
+    allowed: list[list[int] | None] | None = None
+
+
+class Actor(Protocol):
+    """What answers every live episode's prompt, turn after turn."""
+
+    def start(self, episode: int, seed: int, info: dict[str, Any]) -> None:
+        """Episode ``episode`` was reset with ``seed`` and answered ``info``."""
+        ...
+
+    def act(self, asks: list[Ask]) -> list[Reply]:
+        """One reply per ask, in order (all live episodes' turns in one call: a model batches them)."""
+        ...
+
+
+@dataclass
+class ModelActor:
+    """A model sampled with ``sampling``. ``action_template`` set: every response is one of
+    the env's ``info["admissible_actions"]`` in that template (``rollout.constrain_to_admissible``)."""
+
+    policy: Policy
+    sampling: SamplingParams
+    env_name: str
+    action_template: str | None = None
+
+    def start(self, episode: int, seed: int, info: dict[str, Any]) -> None:
+        """Nothing to prepare: sampling draws from torch's generator, seeded by the caller."""
+
+    def act(self, asks: list[Ask]) -> list[Reply]:
+        prompts = [self.policy.render(ask.messages) for ask in asks]
+        template = self.action_template
+        tries = [self._action_trie(ask.info, template) for ask in asks] if template is not None else None
+        generations = self.policy.generate(prompts, self.sampling, tries)
+        return [self._reply(prompt_ids, g) for prompt_ids, g in zip(prompts, generations)]
+
+    def _reply(self, prompt_ids: list[int], g: Generation) -> Reply:
+        return Reply(self.policy.decode(g.token_ids), prompt_ids, g.token_ids, g.logprobs, g.finished, g.allowed)
+
+    def _action_trie(self, info: dict[str, Any], template: str) -> ActionTrie | None:
+        """The trie of the responses a turn may end as: the admissible actions in the env's template.
+        None where the env admits nothing (a dead end): that turn is sampled free, as it would be unrestricted."""
+        actions = info.get("admissible_actions")
+        if actions is None:
+            raise UserValueError(f"rollout.constrain_to_admissible needs an env that lists info['admissible_actions']; "
+                                 f"{self.env_name} lists none (valid for alfworld, keys, keystep, fetch)")
+        if not actions:
+            return None
+        responses = [template.format(action=action) for action in actions]
+        return ActionTrie.of_responses(responses, lambda text: self.policy.tokenizer.encode(text, add_special_tokens=False),
+                                       self.policy.eos_token_id)
 
 
 def prompt_messages(env: TextEnv | EnvPool, observation: str) -> list[dict[str, str]]:
@@ -97,6 +176,30 @@ def collect(
     chat_history: bool = False,
     truncated_invalid: bool = False,
     constrain: bool = False,
+    on_wave: Callable[[list[Trajectory]], None] | None = None,
+) -> list[Trajectory]:
+    """Play ``episodes`` with a model sampled with ``sampling``: :func:`play` with a :class:`ModelActor`.
+
+    ``constrain`` (``rollout.constrain_to_admissible``): every response is one of the env's
+    ``info["admissible_actions"]`` in its ``action_template``, then the end-of-turn token
+    (:mod:`hp_agent.constraint`); each turn records the allowed sets it was sampled among.
+    """
+    pool = _as_pool(envs)
+    actor = ModelActor(policy, sampling, env_name, pool.action_template if constrain else None)
+    return play(actor, pool, env_name, episodes, max_turns, seed, times, chat_history, truncated_invalid, on_wave)
+
+
+def play(
+    actor: Actor,
+    envs: list[TextEnv] | EnvPool,
+    env_name: str,
+    episodes: list[Episode],
+    max_turns: int | None = None,
+    seed: int = 0,
+    times: PhaseTimes | None = None,
+    chat_history: bool = False,
+    truncated_invalid: bool = False,
+    on_wave: Callable[[list[Trajectory]], None] | None = None,
 ) -> list[Trajectory]:
     """Play ``episodes`` on ``envs`` (one env slot per live episode, in waves) and return them in order.
 
@@ -104,60 +207,51 @@ def collect(
     env's latest observation alone (pair it with an env that sends only new text, e.g.
     ALFWorld's ``prompt_mode="chat"``).
 
-    A turn whose sampling stopped before the end-of-turn token is marked ``truncated``.
+    A turn whose reply stopped before the end-of-turn token is marked ``truncated``.
     ``truncated_invalid`` (``rollout.truncated_turn=invalid``) makes it an invalid action:
     the env is sent an empty action instead of the cut text, so it answers with its own
     invalid-action cost (``info["shaping"]``, e.g. ALFWorld's -0.1), and the turn is marked
     ``invalid`` whatever the env says.
 
-    ``constrain`` (``rollout.constrain_to_admissible``): every response is one of the env's
-    ``info["admissible_actions"]`` in its ``action_template``, then the end-of-turn token
-    (:mod:`hp_agent.constraint`); each turn records the allowed sets it was sampled among.
-
     ``envs`` is an :class:`EnvPool` (envs stepped in worker processes) or a list of envs,
     played in this process. Episode ``k`` of a wave plays with seed ``seed + wave start + k``
     on slot ``pool.balanced_slots(len(wave))[k]``: adjacent episodes (a prompt's copies)
-    on one worker, each worker as busy as the others.
+    on one worker, each worker as busy as the others. ``on_wave`` is called with each
+    wave's trajectories as it ends (progress bars).
     """
-    pool = envs if isinstance(envs, EnvPool) else LocalPool(envs) if envs else None
-    if pool is None:
-        raise ValueError("collect needs at least one env")
+    pool = _as_pool(envs)
     times = times if times is not None else PhaseTimes()
     results: list[Trajectory] = []
     for wave_start in range(0, len(episodes), pool.num_envs):
         wave = episodes[wave_start : wave_start + pool.num_envs]
-        results.extend(_play_wave(policy, pool, env_name, wave, sampling, max_turns, seed + wave_start, times, chat_history,
-                                  truncated_invalid, constrain))
+        played = _play_wave(actor, pool, env_name, wave, wave_start, max_turns, seed + wave_start, times, chat_history,
+                            truncated_invalid)
+        results.extend(played)
+        if on_wave is not None:
+            on_wave(played)
     return results
 
 
-def _action_trie(policy: Policy, pool: EnvPool, env_name: str, info: dict) -> ActionTrie | None:
-    """The trie of the responses a turn may end as: the admissible actions in the env's template.
-    None where the env admits nothing (a dead end): that turn is sampled free, as it would be unrestricted."""
-    actions = info.get("admissible_actions")
-    if actions is None:
-        raise UserValueError(f"rollout.constrain_to_admissible needs an env that lists info['admissible_actions']; "
-                             f"{env_name} lists none (valid for alfworld, keys, keystep, fetch)")
-    if not actions:
-        return None
-    responses = [pool.action_template.format(action=action) for action in actions]
-    return ActionTrie.of_responses(responses, lambda text: policy.tokenizer.encode(text, add_special_tokens=False),
-                                   policy.eos_token_id)
+def _as_pool(envs: list[TextEnv] | EnvPool) -> EnvPool:
+    pool = envs if isinstance(envs, EnvPool) else LocalPool(envs) if envs else None
+    if pool is None:
+        raise ValueError("collect needs at least one env")
+    return pool
 
 
 def _play_wave(
-    policy: Policy,
+    actor: Actor,
     pool: EnvPool,
     env_name: str,
     wave: list[Episode],
-    sampling: SamplingParams,
+    first_index: int,
     max_turns: int | None,
     seed: int,
     times: PhaseTimes,
     chat_history: bool,
     truncated_invalid: bool,
-    constrain: bool,
 ) -> list[Trajectory]:
+    """Play one wave; its episode ``k`` is episode ``first_index + k`` of the played list."""
     multi_turn = pool.max_turns > 1
     trajectories = [Trajectory(env=env_name, task_id=e.task_id, task_type="", group=e.group, multi_turn=multi_turn) for e in wave]
     slot_of = pool.balanced_slots(len(wave))  # episode k plays on slot slot_of[k]
@@ -165,35 +259,32 @@ def _play_wave(
     resets = pool.reset_many([(slot_of[k], seed + k, {"task_id": e.task_id}) for k, e in enumerate(wave)])
     times.add("time/env_step", time.perf_counter() - started)
     observations: dict[int, str] = {}  # episode index -> observation, for live episodes
-    advice: dict[int, str | None] = {}  # episode index -> the env's expert action there, if any
-    tries: dict[int, ActionTrie | None] = {}  # episode index -> what its next response may be (constrain only)
+    infos: dict[int, dict[str, Any]] = {}  # episode index -> the env's latest info (expert advice, admissible actions)
     for k, (trajectory, result) in enumerate(zip(trajectories, resets)):
         if isinstance(result, EnvError):  # one broken episode must not stop the batch
             _mark_errored(trajectory, result)
             continue
-        observations[k], info = result
-        advice[k] = info.get("expert_action")
-        if constrain:
-            tries[k] = _action_trie(policy, pool, env_name, info)
-        trajectory.task_id = info.get("task_id", trajectory.task_id)
-        trajectory.task_type = info.get("task_type", "")
+        observations[k], infos[k] = result
+        actor.start(first_index + k, seed + k, infos[k])
+        trajectory.task_id = infos[k].get("task_id", trajectory.task_id)
+        trajectory.task_type = infos[k].get("task_type", "")
     turn_limit = max_turns or pool.max_turns
     for _ in range(turn_limit):
         if not observations:
             break
         live = list(observations)
-        messages = [
-            _next_messages(pool, trajectories[k].turns[-1] if trajectories[k].turns else None, observations[k], chat_history)
+        asks = [
+            Ask(first_index + k, _next_messages(pool, trajectories[k].turns[-1] if trajectories[k].turns else None,
+                                                observations[k], chat_history), infos[k])
             for k in live
         ]
         started = time.perf_counter()
-        prompts = [policy.render(m) for m in messages]
-        generations = policy.generate(prompts, sampling, [tries[k] for k in live] if constrain else None)
+        replies = actor.act(asks)
         times.add("time/generation", time.perf_counter() - started)
         turns = [
-            Turn(m, prompt_ids, g.token_ids, g.logprobs, policy.decode(g.token_ids), expert_action=advice[k],
-                 truncated=not g.finished, allowed=g.allowed)
-            for k, m, prompt_ids, g in zip(live, messages, prompts, generations)
+            Turn(ask.messages, reply.prompt_ids, reply.token_ids, reply.logprobs, reply.text,
+                 expert_action=ask.info.get("expert_action"), truncated=not reply.finished, allowed=reply.allowed)
+            for ask, reply in zip(asks, replies)
         ]
         actions = ["" if truncated_invalid and turn.truncated else turn.action_text for turn in turns]
         started = time.perf_counter()
@@ -208,10 +299,7 @@ def _play_wave(
             elif _finish_turn(trajectory, turn, result, pool.reward_bounds[0], truncated_invalid):
                 del observations[k]
             else:
-                observations[k] = result[0]
-                advice[k] = result[4].get("expert_action")
-                if constrain:
-                    tries[k] = _action_trie(policy, pool, env_name, result[4])
+                observations[k], infos[k] = result[0], result[4]
     for k in observations:  # cut off by rollout.max_turns before the env ended it
         _cut_off(trajectories[k], turn_limit, pool.reward_bounds[0])
     return trajectories

@@ -174,18 +174,20 @@ def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory
 
 
 def play_first_tasks(policy: Policy, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
-                     parallel_envs: int = 32, seed: int = 0, progress: bool = False, label: str = "play") -> list[Trajectory]:
+                     parallel_envs: int = 32, seed: int = 0, progress: bool = False, label: str = "play",
+                     chat_history: bool = False) -> list[Trajectory]:
     """``policy`` plays the first ``limit`` tasks of ``make(env_name, **env_kwargs)`` once
-    each (seeded as an evaluation is). Its trajectories are DAgger's data (every turn keeps
-    the env's expert advice: :func:`expert_label_sequences`) and the hindsight warm-up's
-    (their realized futures and verdicts: :func:`hindsight_copies`)."""
+    each (seeded as an evaluation is; ``chat_history`` as ``rollout.chat_history``). Its
+    trajectories are DAgger's data (every turn keeps the env's expert advice:
+    :func:`expert_label_sequences`) and the hindsight warm-up's (their realized futures and
+    verdicts: :func:`hindsight_copies`)."""
     from hp_agent.evaluation import ModelPlayer
 
     envs = [make(env_name, **env_kwargs) for _ in range(min(parallel_envs, limit or parallel_envs))]
     try:
         task_ids = envs[0].task_ids()[:limit]
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids)]
-        player = ModelPlayer(policy, envs, env_name, sampling, None, label)
+        player = ModelPlayer(policy, envs, env_name, sampling, None, label, chat_history=chat_history)
         with LoopProgress(f"{label} {env_name}", len(episodes), enabled=progress, every=parallel_envs) as bar:
             return player.play(episodes, seed, bar.advance)
     finally:

@@ -70,25 +70,26 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     # Imported after argument parsing: the engine is heavy, and parsing should fail fast.
     from hp_agent.envs.alfworld import AlfworldEnv
-    from hp_agent.envs.alfworld.scripted import Job, play_episodes
+    from hp_agent.scripted_play import ScriptedActor, scripted_pool
+    from hp_agent.rollout import Episode, play
+
+    def played(policy: str, split: str, limit: int | None = None) -> list:
+        """``policy`` plays the first ``limit`` games of ``split`` (task ids cycle through the task types: a balanced sample)."""
+        actor = ScriptedActor(policy)
+        with scripted_pool(actor, "alfworld", {"split": split, "max_steps": args.max_steps}, args.workers) as pool:
+            episodes = [Episode(task_id, k) for k, task_id in enumerate(pool.task_ids()[:limit])]
+            return play(actor, pool, "alfworld", episodes, seed=args.seed)
 
     report: dict = {"max_steps": args.max_steps, "workers": args.workers}
     started = time.perf_counter()
     for split in ("id", "ood"):
-        env = AlfworldEnv(split=split, max_steps=args.max_steps)
-        ids = env.task_ids()
-        jobs = [Job(task_id, k, args.seed + k) for k, task_id in enumerate(ids)]
-        trajectories = play_episodes(env, {"split": split, "max_steps": args.max_steps}, "walkthrough", jobs,
-                                     workers=args.workers)
-        report[f"walkthrough_{split}"] = summarize(f"walkthrough {split} ({len(ids)} games)", trajectories)
-        env.close()
-    env = AlfworldEnv(split="ood", max_steps=args.max_steps)
-    sample = env.task_ids()[: args.sample]  # task ids cycle through the task types: a balanced sample
-    jobs = [Job(task_id, k, args.seed + k) for k, task_id in enumerate(sample)]
+        trajectories = played("walkthrough", split)
+        report[f"walkthrough_{split}"] = summarize(f"walkthrough {split} ({len(trajectories)} games)", trajectories)
     for policy in ("expert", "random"):
-        trajectories = play_episodes(env, {"split": "ood", "max_steps": args.max_steps}, policy, jobs,
-                                     workers=args.workers)
-        report[f"{policy}_ood_sample"] = summarize(f"{policy} ood sample ({len(sample)} games)", trajectories)
+        trajectories = played(policy, "ood", args.sample)
+        report[f"{policy}_ood_sample"] = summarize(f"{policy} ood sample ({len(trajectories)} games)", trajectories)
+    env = AlfworldEnv(split="ood", max_steps=args.max_steps)
+    sample = env.task_ids()[: args.sample]
     report["timing"] = time_engine(env, sample[:3])
     env.close()
     report["wall_s"] = time.perf_counter() - started

@@ -8,7 +8,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hp_agent.cli import app  # noqa: E402
 from hp_agent.envs.alfworld import data  # noqa: E402
-from hp_agent.envs.alfworld.catalog import describe, expert_demonstrations  # noqa: E402
+from hp_agent.envs.alfworld.catalog import describe  # noqa: E402
+from hp_agent.scripted_play import expert_demonstrations  # noqa: E402
 from hp_agent.sft import tokenize_demonstration, trajectory_sequences  # noqa: E402
 from hp_agent.trajectory import read_jsonl, write_jsonl  # noqa: E402
 
@@ -75,3 +76,26 @@ def test_dagger_turns_carry_the_experts_advice_for_the_state_they_were_in(tmp_pa
         demos = tmp_path / "no-advice.jsonl"
         write_jsonl(demos, [])
         expert_label_sequences(tiny_policy, demos)
+
+
+def test_chat_mode_demonstrations_are_prompted_as_a_chat_mode_run(tiny_policy):
+    """With chat=True each turn's prompt is the whole conversation so far, as the RL
+    rollout of a chat-mode run (prompt_mode=chat, rollout.chat_history) prompts that state."""
+    from hp_agent.envs import make
+    from hp_agent.policies import SamplingParams
+    from hp_agent.rollout import Episode, collect
+
+    (won,), played = expert_demonstrations(split="id", limit=1, chat=True)
+    env = make("alfworld", split="id", num_games=1, prompt_mode="chat")
+    observation, _ = env.reset(seed=0, options={"task_id": won.task_id})  # the demonstration's episode 0, seed 0
+    conversation = [{"role": "user", "content": observation}]
+    for turn in won.turns:
+        assert turn.prompt_messages == conversation
+        observation, *_ = env.step(turn.action_text)
+        conversation = conversation + [{"role": "assistant", "content": turn.action_text},
+                                       {"role": "user", "content": observation}]
+    assert len(won.turns) > 1
+    (model,) = collect(tiny_policy, [env], "alfworld", [Episode(won.task_id)], SamplingParams(max_new_tokens=4),
+                       max_turns=1, chat_history=True)
+    env.close()
+    assert model.turns[0].prompt_ids == tokenize_demonstration(won, tiny_policy).turns[0].prompt_ids

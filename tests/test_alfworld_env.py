@@ -266,31 +266,43 @@ def test_an_error_in_the_expert_ends_its_advice_not_the_game(root):
     pytest.param("id", 140, marks=pytest.mark.exhaustive), pytest.param("ood", 134, marks=pytest.mark.exhaustive),
 ])
 def test_walkthrough_replay_wins_the_official_games(root, split, games):
-    from hp_agent.envs.alfworld.scripted import Job, play_episodes
+    from hp_agent.scripted_play import ScriptedActor, scripted_pool
+    from hp_agent.rollout import Episode, play
 
-    kwargs = {"split": split, "data_root": root, "expert": False, "num_games": games}
-    env = AlfworldEnv(**kwargs)
-    jobs = [Job(t, g, g) for g, t in enumerate(env.task_ids())]
-    trajectories = play_episodes(env, kwargs, "walkthrough", jobs, workers=2)
-    env.close()
+    actor = ScriptedActor("walkthrough")
+    with scripted_pool(actor, "alfworld", {"split": split, "data_root": root, "expert": False, "num_games": games},
+                       workers=2) as pool:
+        trajectories = play(actor, pool, "alfworld", [Episode(t, g) for g, t in enumerate(pool.task_ids())])
     assert len(trajectories) == games
     assert [t.task_id for t in trajectories if not t.success] == []
     assert all(not turn.invalid for t in trajectories for turn in t.turns)
 
 
 def test_random_policy_is_seeded_and_expert_policy_plays(root, id_env):
-    from hp_agent.envs.alfworld.scripted import Job, make_scripted, play_episode
+    from hp_agent.scripted_play import ScriptedActor
+    from hp_agent.rollout import Episode, play
 
     task_id = id_env.task_ids()[0]  # a pick game
     short = AlfworldEnv(split="id", data_root=root, num_games=1, max_steps=8)
-    runs = [play_episode(short, make_scripted("random"), Job(task_id, 0, seed)) for seed in (3, 3, 4)]
+    runs = [play(ScriptedActor("random"), [short], "alfworld", [Episode(task_id)], seed=seed)[0] for seed in (3, 3, 4)]
     short.close()
     actions = [[turn.action for turn in run.turns] for run in runs]
     assert actions[0] == actions[1] != actions[2]
-    expert = play_episode(id_env, make_scripted("expert"), Job(task_id, 0, 0))
+    (expert,) = play(ScriptedActor("expert"), [id_env], "alfworld", [Episode(task_id)])
     assert expert.success and expert.turns[0].action == "look"  # AlfredExpert starts with look
+    assert [turn.action for turn in expert.turns] == [turn.expert_action for turn in expert.turns]
     with pytest.raises(ValueError, match="valid: walkthrough, expert, random"):
-        make_scripted("oracle")
+        ScriptedActor("oracle")
+
+
+def test_the_walkthrough_policy_names_what_it_needs(root):
+    from hp_agent.scripted_play import ScriptedActor
+    from hp_agent.rollout import Episode, play
+
+    env = AlfworldEnv(split="id", data_root=root, num_games=1)
+    with pytest.raises(KeyError, match="walkthrough_info=True"):
+        play(ScriptedActor("walkthrough"), [env], "alfworld", [Episode(env.task_ids()[0])])
+    env.close()
 
 
 def test_scripted_evaluation_reports_per_task_type(root, tmp_path):

@@ -158,3 +158,23 @@ def test_builtin_envs_answer_an_empty_action_as_invalid(name, cost):
     info = env.step("")[4]
     assert info["invalid_action"] and info["shaping"] == -cost
     assert alfworld_action("") == ("", False)  # ALFWorld then charges its invalid_penalty (0.1)
+
+
+def test_scripted_play_is_prompted_as_a_model_is(tiny_policy):
+    """A scripted player goes through the model's loop: the same first prompt (the env's
+    system prompt first), and with chat_history the whole conversation after it."""
+    from hp_agent.scripted_play import ScriptedActor
+    from hp_agent.rollout import play
+
+    env = make("keys", split="train")
+    task = env.task_ids()[0]
+    (model,) = collect(tiny_policy, [env], "keys", [Episode(task)], SamplingParams(max_new_tokens=4), chat_history=True)
+    (scripted,) = play(ScriptedActor("random"), [env], "keys", [Episode(task)], chat_history=True)
+    first = scripted.turns[0]
+    assert first.prompt_messages == model.turns[0].prompt_messages
+    assert first.prompt_messages[0] == {"role": "system", "content": env.system_prompt}
+    assert scripted.turns[1].prompt_messages == first.prompt_messages + [
+        {"role": "assistant", "content": first.action_text},
+        {"role": "user", "content": first.observation},
+    ]
+    assert not first.prompt_ids and not first.action_ids  # text only: a scripted player knows no tokenizer

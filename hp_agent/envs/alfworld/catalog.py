@@ -1,10 +1,5 @@
-"""What ALFWorld data is here, and expert demonstrations in the trajectory format.
-
-Backs ``hp-agent data alfworld``: :func:`describe` counts the games of each split by
-task type; :func:`expert_demonstrations` plays the fixed handcoded expert and returns
-the episodes it wins as text trajectories. Turning them into a model's token ids is the
-SFT side's work (:func:`hp_agent.sft.tokenize_demonstration`).
-"""
+"""What ALFWorld data is here: :func:`describe` counts the games of each split by task type
+(``hp-agent data alfworld``; its expert demonstrations: :mod:`hp_agent.scripted_play`)."""
 
 from __future__ import annotations
 
@@ -12,11 +7,6 @@ from collections import Counter
 from pathlib import Path
 
 from hp_agent.envs.alfworld.data import SHORT_TASK_TYPES, list_games
-from hp_agent.envs.alfworld.env import AlfworldEnv
-from hp_agent.envs.alfworld.scripted import Job, play_episodes
-from hp_agent.envs.alfworld.sources import resolve_data_root
-from hp_agent.progress import LoopProgress
-from hp_agent.trajectory import Trajectory
 
 SPLIT_NAMES = ("train", "id", "ood")
 
@@ -32,26 +22,3 @@ def describe(root: Path) -> dict[str, dict[str, int]]:
         by_type = Counter(game.task_type for game in games)
         counts[split] = {task_type: by_type.get(task_type, 0) for task_type in SHORT_TASK_TYPES}
     return counts
-
-
-def expert_demonstrations(split: str = "train", limit: int | None = None, workers: int = 1,
-                          source: str = "auto", progress: bool = False) -> tuple[list[Trajectory], int]:
-    """The expert's won episodes of ``split`` as text (no token ids: an env knows no model),
-    and how many episodes were played."""
-    root = resolve_data_root(split, source, num_games=limit)
-    env = AlfworldEnv(split=split, data_root=root, num_games=limit)
-    jobs = [Job(task_id=task_id, seed=k, group=k) for k, task_id in enumerate(env.task_ids())]
-    won = 0
-
-    def done(trajectory: Trajectory) -> None:
-        nonlocal won
-        won += trajectory.success
-        bar.advance(1, f"{won} won")
-
-    try:
-        with LoopProgress(f"demonstrations {split}", len(jobs), enabled=progress, every=10) as bar:
-            played = play_episodes(env, {"split": split, "data_root": root, "num_games": limit}, "expert", jobs,
-                                   workers=workers, on_done=done)
-    finally:
-        env.close()
-    return [t for t in played if t.success], len(played)

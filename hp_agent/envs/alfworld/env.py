@@ -159,6 +159,10 @@ class AlfworldEnv(TextEnv):
     require_think:  also count a response without ``<think>...</think>`` as invalid (verl-agent does).
     expert:         run ALFWorld's handcoded expert (fixed) beside the game for
                     ``info["expert_action"]``; off saves its bookkeeping.
+    walkthrough_info: also put the game's stored solution (in the names players see; None
+                    where the game stores none) in the reset's ``info["walkthrough"]``: the
+                    scripted walkthrough player's script, read where the env lives (a worker
+                    process, in a pool).
     speedups:       serve Fast Downward translations (also kept on disk, under
                     ``<cache>/alfworld_translations``) and grammar parses from caches and
                     skip needless deep copies (:mod:`hp_agent.envs.alfworld.speedups`), so a
@@ -180,7 +184,7 @@ class AlfworldEnv(TextEnv):
                  task_types: list[str] | tuple[str, ...] | None = None, max_steps: int = 50,
                  num_games: int | None = None, history_length: int = 2, prompt_mode: str = "verl-agent",
                  invalid_penalty: float = 0.1, win_reward: float = 10.0, require_think: bool = False,
-                 expert: bool = True, speedups: bool = True):
+                 expert: bool = True, speedups: bool = True, walkthrough_info: bool = False):
         super().__init__()
         if prompt_mode not in PROMPT_MODES:
             raise UserValueError(f"unknown prompt_mode {prompt_mode!r}; valid: {', '.join(PROMPT_MODES)}")
@@ -201,6 +205,7 @@ class AlfworldEnv(TextEnv):
         self.reward_bounds = (0.0, self.win_reward)  # the credit bound follows the knob
         self.require_think = require_think
         self.expert = expert
+        self.walkthrough_info = walkthrough_info
         self.speedups = speedups
         self.data_root = resolve_data_root(split, source, data_root, num_games)
         games = interleave_by_type(list_games(self.data_root, split), short_task_types(task_types))
@@ -241,7 +246,10 @@ class AlfworldEnv(TextEnv):
         self._episode = _Episode(game=game, task=task_description(start.feedback), feedback=start.feedback,
                                  actions=offered_actions(start.admissible_commands), expert_action=start.expert_action,
                                  won=start.won)
-        return self._render(), self._info()
+        info = self._info()
+        if self.walkthrough_info:
+            info["walkthrough"] = engine.walkthrough()
+        return self._render(), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Play the first ``<action>`` of ``action``; see the module docstring for rewards."""
