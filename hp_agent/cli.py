@@ -299,8 +299,8 @@ def data_alfworld(
     from hp_agent.envs.alfworld import sources
     from hp_agent.envs.alfworld.build import build_games
     from hp_agent.envs.alfworld.catalog import describe
-    from hp_agent.scripted_play import expert_demonstrations
     from hp_agent.envs.alfworld.data import find_data_root, missing_data_message
+    from hp_agent.scripted_play import expert_demonstrations
 
     build_splits = list(splits or ("train", "id", "ood"))
     unknown = [s for s in build_splits if s not in ("train", "id", "ood")]

@@ -21,11 +21,11 @@ from typing import Protocol
 import torch
 
 from hp_agent.envs import TextEnv, env_factory, make
+from hp_agent.envs.pool import EnvPool
 from hp_agent.errors import UserValueError
+from hp_agent.files import atomic_write_text
 from hp_agent.policies import Policy, SamplingParams, load_policy
 from hp_agent.progress import LoopProgress
-from hp_agent.envs.pool import EnvPool
-from hp_agent.files import atomic_write_text
 from hp_agent.rollout import Actor, Episode, collect, play
 from hp_agent.trajectory import Trajectory
 

@@ -10,7 +10,7 @@ worker, times out) ends its episode as ``errored``; the others go on.
 
 What answers the prompts is an :class:`Actor`: :func:`collect` plays a model
 (:class:`ModelActor`), :func:`play` any actor, e.g. the scripted ALFWorld players of
-:mod:`hp_agent.envs.alfworld.scripted`. Both go through the one loop below, so a
+:mod:`hp_agent.scripted_play`. Both go through the one loop below, so a
 demonstration's prompts are rendered exactly as a model's RL prompts are.
 """
 
@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from hp_agent.constraint import ActionTrie
 from hp_agent.envs.base import TextEnv
-from hp_agent.errors import UserValueError
 from hp_agent.envs.pool import EnvError, EnvPool, LocalPool
+from hp_agent.errors import UserValueError
 from hp_agent.policies import Generation, Policy, SamplingParams
 from hp_agent.trajectory import Trajectory, Turn
 

@@ -70,8 +70,8 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     # Imported after argument parsing: the engine is heavy, and parsing should fail fast.
     from hp_agent.envs.alfworld import AlfworldEnv
-    from hp_agent.scripted_play import ScriptedActor, scripted_pool
     from hp_agent.rollout import Episode, play
+    from hp_agent.scripted_play import ScriptedActor, scripted_pool
 
     def played(policy: str, split: str, limit: int | None = None) -> list:
         """``policy`` plays the first ``limit`` games of ``split`` (task ids cycle through the task types: a balanced sample)."""

@@ -266,8 +266,8 @@ def test_an_error_in_the_expert_ends_its_advice_not_the_game(root):
     pytest.param("id", 140, marks=pytest.mark.exhaustive), pytest.param("ood", 134, marks=pytest.mark.exhaustive),
 ])
 def test_walkthrough_replay_wins_the_official_games(root, split, games):
-    from hp_agent.scripted_play import ScriptedActor, scripted_pool
     from hp_agent.rollout import Episode, play
+    from hp_agent.scripted_play import ScriptedActor, scripted_pool
 
     actor = ScriptedActor("walkthrough")
     with scripted_pool(actor, "alfworld", {"split": split, "data_root": root, "expert": False, "num_games": games},
@@ -279,8 +279,8 @@ def test_walkthrough_replay_wins_the_official_games(root, split, games):
 
 
 def test_random_policy_is_seeded_and_expert_policy_plays(root, id_env):
-    from hp_agent.scripted_play import ScriptedActor
     from hp_agent.rollout import Episode, play
+    from hp_agent.scripted_play import ScriptedActor
 
     task_id = id_env.task_ids()[0]  # a pick game
     short = AlfworldEnv(split="id", data_root=root, num_games=1, max_steps=8)
@@ -296,8 +296,8 @@ def test_random_policy_is_seeded_and_expert_policy_plays(root, id_env):
 
 
 def test_the_walkthrough_policy_names_what_it_needs(root):
-    from hp_agent.scripted_play import ScriptedActor
     from hp_agent.rollout import Episode, play
+    from hp_agent.scripted_play import ScriptedActor
 
     env = AlfworldEnv(split="id", data_root=root, num_games=1)
     with pytest.raises(KeyError, match="walkthrough_info=True"):

@@ -8,9 +8,9 @@ import json
 import pytest
 
 import hp_agent.reports.compare as compare
+from hp_agent.config import ConfigError
 from hp_agent.reports.compare import run_compare
 from hp_agent.reports.compare_config import CompareConfig, load_compare_config
-from hp_agent.config import ConfigError
 
 # Mechanics on the single-step toy task with the embedded (untrained) model: 2 steps,
 # evaluated after each; 2 prompts a step (GRPO: 16 episodes, HP-RLVR: 2).

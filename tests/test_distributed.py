@@ -15,10 +15,10 @@ import torch
 
 from hp_agent.credit_rules import credit_rule
 from hp_agent.distributed import SINGLE, Ranks, shard
+from hp_agent.files import read_jsonl_records
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
-from hp_agent.files import read_jsonl_records
 from hp_agent.runs import checkpoint_damage
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from hp_agent.files import FolderExistsError, atomic_file, atomic_folder, atomic_write_bytes, atomic_write_text, read_jsonl_records
+from hp_agent.files import (
+    FolderExistsError,
+    atomic_file,
+    atomic_folder,
+    atomic_write_bytes,
+    atomic_write_text,
+    read_jsonl_records,
+)
 
 
 def test_a_write_replaces_the_file_and_leaves_no_temporary(tmp_path):

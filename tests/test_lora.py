@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hp_agent.config import ModelConfig, load_config
 from hp_agent.learner import Learner, TrainingSample
+from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.policies.lora import (
     is_peft_model,
     maybe_apply_lora,
@@ -19,7 +20,6 @@ from hp_agent.policies.lora import (
     merged_state_dict,
     save_model,
 )
-from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.run_folder import latest_checkpoint, model_source
 from hp_agent.runs import save_checkpoint
 

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from hp_agent.cli import app
 from hp_agent.errors import MissingPackageError
-from hp_agent.policies.lora import base_reference
 from hp_agent.paths import cache_root
 from hp_agent.policies import SamplingParams, load_policy, pretrained
+from hp_agent.policies.lora import base_reference
 from hp_agent.policies.resolve import resolve_model
 
 NAME = "smollm2-135m"

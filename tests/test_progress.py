@@ -8,8 +8,8 @@ import time
 import pytest
 
 import hp_agent
-from hp_agent.progress import LoopProgress
 from hp_agent.files import read_jsonl_records
+from hp_agent.progress import LoopProgress
 
 
 def test_plain_lines_come_every_n_items_and_at_the_last(capsys):

@@ -163,8 +163,8 @@ def test_builtin_envs_answer_an_empty_action_as_invalid(name, cost):
 def test_scripted_play_is_prompted_as_a_model_is(tiny_policy):
     """A scripted player goes through the model's loop: the same first prompt (the env's
     system prompt first), and with chat_history the whole conversation after it."""
-    from hp_agent.scripted_play import ScriptedActor
     from hp_agent.rollout import play
+    from hp_agent.scripted_play import ScriptedActor
 
     env = make("keys", split="train")
     task = env.task_ids()[0]

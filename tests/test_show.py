@@ -15,10 +15,10 @@ import pytest
 
 import hp_agent
 from hp_agent.credit_view import VIEWS_FILE, pick_for_view
-from hp_agent.hindsight import BLOCK_HEADER
 from hp_agent.files import read_jsonl_records
-from hp_agent.runs import JsonlLog
+from hp_agent.hindsight import BLOCK_HEADER
 from hp_agent.reports.show import write_page
+from hp_agent.runs import JsonlLog
 
 pytestmark = pytest.mark.slow
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",

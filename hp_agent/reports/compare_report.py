@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hp_agent.reports.compare_config import CompareConfig, read_evaluations, read_start_evaluation
 from hp_agent.files import atomic_file, atomic_write_text, read_jsonl_records
+from hp_agent.reports.compare_config import CompareConfig, read_evaluations, read_start_evaluation
 
 # Table 2's phases: (name in the paper, the trainer's timer).
 PHASES: tuple[tuple[str, str], ...] = (

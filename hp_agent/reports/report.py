@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hp_agent.reports.compare_report import save_figure
 from hp_agent.credit_view import VIEWS_FILE
 from hp_agent.errors import UserFileNotFoundError, UserValueError
 from hp_agent.files import atomic_write_text, read_jsonl_records
+from hp_agent.reports.compare_report import save_figure
 
 FINAL_KEYS = ("rollout/reward_mean", "rollout/success_rate", "train/grad_norm", "train/zero_grad_records_total",
               "train/grad_records_total", "time/total")

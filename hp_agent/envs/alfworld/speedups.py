@@ -47,8 +47,8 @@ import textworld.envs.pddl.logic as pddl_logic
 import textworld.envs.pddl.textgen as textgen
 import textworld.logic as tw_logic
 
-from hp_agent.paths import cache_root
 from hp_agent.files import atomic_write_bytes
+from hp_agent.paths import cache_root
 
 log = logging.getLogger(__name__)
 
