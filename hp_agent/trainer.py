@@ -294,7 +294,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     logs = RunLogs.open(run_dir, config, state.step if resuming else None, resources, ranks)
     rule = config.algo.rule
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
-    scoring = ScoringOptions.from_config(config)
+    scoring, credit_options = ScoringOptions.from_config(config), config.credit_options
     replay = learner.needs_behaviour_logprobs(config.trainer.prompts_per_step)
     summary = RunSummary(run_dir=run_dir, steps=state.step)
 
@@ -331,7 +331,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
 
             # 3. credit (then the baseline's update), 4. the policy update
             format_masks = answer_format_masks(policy, kept, envs.answer_format)
-            samples, credit_metrics = assign_credit(kept, scores, rule, config.credit_options, state.baseline, format_masks, ranks,
+            samples, credit_metrics = assign_credit(kept, scores, rule, credit_options, state.baseline, format_masks, ranks,
                                                     mask_truncated=config.rollout.truncated_turn == "mask")
             if logs.views is not None and (step % config.trainer.view_every == 0 or step + 1 == config.trainer.steps):
                 # under the snapshot that scored them, before the update

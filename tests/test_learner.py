@@ -57,6 +57,19 @@ def test_learner_trains_on_the_sampled_token_ids(policy):
         assert torch.allclose(score.causal_logprobs[0], torch.tensor(turn.sample_logprobs), atol=1e-3)
 
 
+def test_zero_credit_tokens_never_contribute():
+    # Zero credit is the eligibility mask (credit.zero_turn_credit): such a token adds no loss and no gradient.
+    logprobs = torch.randn(2, 6, requires_grad=True)
+    old = logprobs.detach() + 0.05 * torch.randn(2, 6)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]]).bool()
+    credit = torch.where(mask, torch.randn(2, 6), torch.zeros(2, 6))
+    loss, _ = clipped_policy_loss(logprobs, old, credit, 0.2, 0.28, 3.0, num_eligible=int(mask.sum()))
+    kept, _ = clipped_policy_loss(logprobs[mask], old[mask], credit[mask], 0.2, 0.28, 3.0)
+    assert torch.allclose(loss, kept)
+    loss.backward()
+    assert bool((logprobs.grad[~mask] == 0).all()) and bool((logprobs.grad[mask] != 0).all())
+
+
 def test_clipped_loss_hand_values():
     old = torch.zeros(3)
     logprobs = torch.log(torch.tensor([1.5, 0.5, 1.1]))  # ratios 1.5, 0.5, 1.1
