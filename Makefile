@@ -33,9 +33,10 @@ install: $(STAMP)
 # episodes, 24 HP-RLVR steps of 16 episodes, and the trained model against the warm start.
 KEYS_EVAL = --env keys --split test --temperature 1 --max-new-tokens 5 --seed 1
 demo: install
-	@echo "== ALFWorld is beyond the 2.8M-parameter tiny model (0/140 valid_seen for every warm start"
-	@echo "== measured, docs/results.md; make demo-alfworld runs that pipeline). This demo shows"
-	@echo "== HP-RLVR learning on the multi-turn box-and-key game instead, on held-out colour sets."
+	@echo "== ALFWorld is beyond the 2.8M-parameter tiny model so far (at best 5/140 valid_seen, decoding"
+	@echo "== restricted to admissible actions, and RL did not raise it: docs/results.md; make demo-alfworld"
+	@echo "== runs that pipeline). This demo shows HP-RLVR learning on the multi-turn box-and-key game"
+	@echo "== instead, on held-out colour sets."
 	$(BIN)/hp-agent sft --env keys --env-kwargs '{demo_mistakes: 0.5}' --model tiny --steps 200 --lr 1e-3 \
 		--out $(DEMO_RUN)-warm
 	$(BIN)/hp-agent eval --model $(DEMO_RUN)-warm $(KEYS_EVAL) --output $(DEMO_RUN)-warm/eval.json
