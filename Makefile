@@ -33,8 +33,8 @@ install: $(STAMP)
 # episodes, 24 HP-RLVR steps of 16 episodes, and the trained model against the warm start.
 KEYS_EVAL = --env keys --split test --temperature 1 --max-new-tokens 5 --seed 1
 demo: install
-	@echo "== ALFWorld is beyond the 2.8M-parameter tiny model so far (at best 5/140 valid_seen, decoding"
-	@echo "== restricted to admissible actions, and RL did not raise it: docs/results.md; make demo-alfworld"
+	@echo "== ALFWorld is beyond the 2.8M-parameter tiny model so far (at best 5/140 valid_seen greedy, 8/140 sampled,"
+	@echo "== decoding restricted to admissible actions; RL did not raise it: docs/results.md; make demo-alfworld"
 	@echo "== runs that pipeline). This demo shows HP-RLVR learning on the multi-turn box-and-key game"
 	@echo "== instead, on held-out colour sets."
 	$(BIN)/hp-agent sft --env keys --env-kwargs '{demo_mistakes: 0.5}' --model tiny --steps 200 --lr 1e-3 \
