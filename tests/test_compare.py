@@ -112,3 +112,17 @@ def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkey
     run_compare(settings(out), progress=False)
     with pytest.raises(ConfigError, match="steps"):
         run_compare(settings(out, steps=4), progress=False)
+
+
+def test_compare_evaluates_as_training_rolls_out(tmp_path, _private_cache):
+    """A comparison trained restricted to admissible actions is evaluated restricted: the
+    untrained model plays no invalid action then, and mostly invalid ones without it."""
+    invalid = {}
+    for restricted in (False, True):
+        config = load_compare_config(None, env="fetch", steps=1, out=tmp_path / f"restricted-{restricted}", eval_limit=9,
+                                     overrides=["rollout.max_new_tokens=8",
+                                                f"rollout.constrain_to_admissible={str(restricted).lower()}"])
+        compare._evaluate_at(config, None, 0, progress=False)
+        results = [json.loads(config.start_eval_path(split).read_text()) for split, _ in config.eval_plan()]
+        invalid[restricted] = max(result["invalid_fraction"] for result in results)
+    assert invalid[False] > 0.5 and invalid[True] == 0.0

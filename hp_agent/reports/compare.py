@@ -78,7 +78,11 @@ def _train_to(config: CompareConfig, method: str, step: int, progress: bool) -> 
 
 
 def _evaluate_at(config: CompareConfig, method: str | None, step: int, progress: bool) -> None:
-    """Evaluate ``method``'s checkpoint at ``step``; ``method=None``: the starting model."""
+    """Evaluate ``method``'s checkpoint at ``step``; ``method=None``: the starting model.
+
+    Evaluation plays as training's rollouts do: restricted to admissible actions and with
+    chat history where the rollout section says so, else a restricted policy would be
+    judged on a decoding it never trained under."""
     train_config = config.train_config(method or next(iter(config.methods)))
     sampling = SamplingParams(train_config.rollout.max_new_tokens, train_config.rollout.temperature,
                               greedy=config.eval_greedy)
@@ -91,7 +95,9 @@ def _evaluate_at(config: CompareConfig, method: str | None, step: int, progress:
             raise FileNotFoundError(f"no checkpoint of {method} at step {step} ({model}) to evaluate")
         evaluate(env=config.env, model=model, split=split, samples=samples, limit=config.eval_limit,
                  env_kwargs=_eval_env_kwargs(train_config), sampling=sampling, seed=train_config.trainer.seed,
-                 max_turns=config.eval_max_turns, output=output, progress=progress)
+                 max_turns=config.eval_max_turns, output=output, progress=progress,
+                 constrain=train_config.rollout.constrain_to_admissible,
+                 chat_history=train_config.rollout.chat_history)
 
 
 # Training env kwargs that pick the training sample or shorten its episodes: evaluation
