@@ -141,6 +141,7 @@ def eval_command(
     max_turns: Optional[int] = typer.Option(None, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),
     baseline: Optional[Path] = typer.Option(None, help="An earlier evaluation's --output of the same tasks: also print success before and after, with intervals and a one-sided test of the gain."),
     constrain_to_admissible: bool = typer.Option(False, help="Restrict each response to the env's admissible actions, token by token (as rollout.constrain_to_admissible; alfworld, keys, keystep, fetch)."),
+    chat: bool = typer.Option(False, help="ALFWorld: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far, whose prefix the model reuses."),
 ) -> None:
     """Evaluate a policy (a model, or a scripted ALFWorld policy) on every task of a split."""
     _quiet_libraries()
@@ -162,10 +163,13 @@ def eval_command(
             return
         if before.env != env or (split is not None and before.split != split):
             _fail(f"--baseline {str(baseline)!r} evaluated {before.env}/{before.split}, not {env}/{split or 'its default split'}")
+    if chat and env != "alfworld":
+        _fail(f"--chat is ALFWorld's chat prompt mode; env {env!r} has none")
+    env_kwargs = {**({"source": source} if source else {}), **({"prompt_mode": "chat"} if chat else {})}
     result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
-                      env_kwargs={"source": source} if source else None, max_turns=max_turns,
+                      env_kwargs=env_kwargs or None, max_turns=max_turns,
                       output=output, progress=True, scripted=policy, workers=workers, seed=seed,
-                      constrain=constrain_to_admissible)
+                      constrain=constrain_to_admissible, chat_history=chat)
     table = Table(title=f"{env} / {result.split} / {result.policy}: {result.tasks} tasks x {result.samples} samples")
     table.add_column("metric")
     table.add_column("value", justify="right")

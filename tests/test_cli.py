@@ -24,6 +24,7 @@ runner = CliRunner()
         (["train", "--env", "math", "env.kwargs={colour: red}"], ["'colour'", "split", "num_tasks"]),
         (["train", "--env", "nowhere"], ["'nowhere'", "math", "keys"]),
         (["eval", "--env", "math", "--split", "dev", "--limit", "1"], ["'dev'", "test"]),
+        (["eval", "--env", "math", "--chat", "--limit", "1"], ["--chat", "'math'"]),
         (["sft", "--env", "keys", "--env-kwargs", "{colour: red}", "--out", "unused"], ["'colour'", "demo_mistakes"]),
     ],
 )
