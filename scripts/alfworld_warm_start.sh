@@ -8,6 +8,12 @@
 #   scripts/alfworld_warm_start.sh demos-synth      # expert demos, synthesized train games
 #   scripts/alfworld_warm_start.sh sft NAME STEPS DATA[,DATA...] [sft flags]
 #   scripts/alfworld_warm_start.sh eval NAME SPLIT [LIMIT]   # greedy, 50 steps (the standard protocol)
+#   scripts/alfworld_warm_start.sh ship NAME        # NAME becomes the shipped --model tiny-alfworld-warm
+#
+# The shipped warm start (docs/results.md), from synthesized games only, about an hour:
+#   COUNT=600 WORKERS=2 scripts/alfworld_warm_start.sh demos-synth
+#   HP_AGENT_TORCH_THREADS=2 scripts/alfworld_warm_start.sh sft sft-S200 200 runs/warm/demos-synth.jsonl
+#   scripts/alfworld_warm_start.sh ship sft-S200
 #
 # Everything goes to $ROOT (default runs/warm). One torch thread per process. MODEL
 # (default tiny-alfworld: the tiny model whose tokenizer holds ALFRED's names as single
@@ -18,7 +24,7 @@ bin=${BIN:-.venv/bin}
 model=${MODEL:-tiny-alfworld}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$root"
-stage=${1:?stage: demos-official, demos-alfred, demos-synth, sft, eval}
+stage=${1:?stage: demos-official, demos-alfred, demos-synth, sft, eval, ship}
 shift
 case "$stage" in
   demos-official)
@@ -47,5 +53,9 @@ case "$stage" in
     [ -f "$out" ] || "$bin/hp-agent" eval --model "$root/$name" --split "$split" --source official --greedy \
       --max-new-tokens 24 ${limit:+--limit "$limit"} --output "$out"
     cat "$out" ;;
+  ship)
+    name=${1:?ship NAME}; shipped=hp_agent/policies/warm_starts/tiny-alfworld-warm
+    [ -f "$root/$name/config.json" ] || { echo "no finished model in $root/$name" >&2; exit 2; }
+    rm -rf "$shipped" && mkdir -p "$(dirname "$shipped")" && cp -r "$root/$name" "$shipped" ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

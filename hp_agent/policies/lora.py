@@ -84,9 +84,10 @@ def apply_lora(model: torch.nn.Module, section: ModelConfig, base_reference: str
 def base_reference(name: str, loaded_from: Path) -> str:
     """How an adapter names its base: a tiny variant or a hub id as given (found again on
     any machine), a local folder as the absolute path of the model folder loaded."""
+    from hp_agent.policies.resolve import SHIPPED_MODELS
     from hp_agent.policies.tiny import TINY_VARIANTS
 
-    if name in TINY_VARIANTS:
+    if name in TINY_VARIANTS or name in SHIPPED_MODELS:
         return name
     if Path(name).expanduser().exists():
         return str(Path(loaded_from).resolve())

@@ -17,6 +17,14 @@ from hp_agent.policies.tiny import TINY_VARIANTS, tiny_model_path
 
 TINY = "tiny"
 PRETRAINED = "smollm2-135m"
+# Model folders this package ships (hp_agent/policies/warm_starts/NAME): warm starts whose
+# recipe and measurements docs/results.md gives, so that a demo spends no hour on SFT.
+SHIPPED_MODELS = ("tiny-alfworld-warm",)
+
+
+def shipped_model_path(name: str) -> Path:
+    """The folder of :data:`SHIPPED_MODELS` ``name`` inside the installed package."""
+    return Path(__file__).with_name("warm_starts") / name
 
 
 class ModelNotFoundError(UserFileNotFoundError):
@@ -61,7 +69,8 @@ def resolve_model(name: str) -> Path:
     """The folder holding model ``name``.
 
     ``name`` is ``"tiny"`` or another embedded variant (``TINY_VARIANTS``, built on first use), a model a
-    package ships (``PACKAGED_MODELS``, ``"smollm2-135m"``: converted on first use), a local folder with
+    package ships (``PACKAGED_MODELS``, ``"smollm2-135m"``: converted on first use; ``SHIPPED_MODELS``,
+    ``"tiny-alfworld-warm"``: a folder inside hp_agent), a local folder with
     a ``config.json`` (or a LoRA adapter folder, with ``adapter_config.json``: :mod:`hp_agent.policies.lora`),
     or a hub id such as ``"Qwen/Qwen3-8B"`` that must already be in the Hugging Face cache.
     Raises :class:`ModelNotFoundError` when the model cannot be found locally and
@@ -71,6 +80,8 @@ def resolve_model(name: str) -> Path:
         return tiny_model_path(name)
     if name in PACKAGED_MODELS:
         return packaged_model_path(name)
+    if name in SHIPPED_MODELS:
+        return shipped_model_path(name)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
