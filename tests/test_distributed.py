@@ -135,7 +135,7 @@ def _step_metrics(run: Path, step: int) -> dict[str, float]:
     return {k: v for k, v in record.items() if not k.startswith(("time/", "cpu/"))}
 
 
-@pytest.mark.parametrize("parallel", ["ddp", pytest.param("fsdp2", marks=pytest.mark.exhaustive)])
+@pytest.mark.parametrize("parallel", [pytest.param(p, marks=pytest.mark.exhaustive) for p in ("ddp", "fsdp2")])  # ~100 s each
 def test_two_rank_run_writes_one_folder_and_resumes_after_a_kill_to_the_same_metrics(tmp_path, parallel):
     setting = f"learner.parallel={parallel}"
     whole = _train(tmp_path, "whole", setting)

@@ -1,5 +1,5 @@
 """Scoring an evaluation (Avg@k, Pass@k, intervals, task types) and comparing two: the
-one-sided test and what `eval --baseline` prints."""
+one-sided test and what `eval --baseline` prints; a model's evaluation in worker processes."""
 
 from __future__ import annotations
 
@@ -71,3 +71,44 @@ def test_score_counts_avg_and_pass_at_k_per_task_and_orders_task_types() -> None
     assert result.per_task_type_tasks == {"stdin": 2, "function": 1}
     reordered = score(trajectories, "code", "test", 8)  # no order given: alphabetical
     assert list(reordered.per_task_type) == ["function", "stdin"]
+
+
+def _played(trajectories: list[Trajectory]) -> list[tuple[str, list[list[int]]]]:
+    return [(t.task_id, [turn.action_ids for turn in t.turns]) for t in trajectories]
+
+
+@pytest.mark.slow
+def test_a_model_in_two_processes_plays_contiguous_shares_seeded_as_one_process_would(tiny_policy) -> None:
+    """Worker w plays episodes [start, end) as one process playing that share with seed
+    ``seed + start`` would: sampled episodes match share by share, greedy ones as a whole."""
+    from hp_agent.envs import make
+    from hp_agent.evaluation import ModelPlayer, ShardedModelPlayer
+    from hp_agent.policies import SamplingParams
+    from hp_agent.policies.resolve import resolve_model
+    from hp_agent.rollout import Episode
+
+    kwargs = {"split": "test"}
+    task_ids = make("keys", **kwargs).task_ids()
+    episodes = [Episode(task_ids[i], group=i) for i in range(5)]
+    for sampling in (SamplingParams(max_new_tokens=5, temperature=1.0), SamplingParams(max_new_tokens=5, greedy=True)):
+        sharded = ShardedModelPlayer(str(resolve_model("tiny")), "keys", kwargs, sampling, 4, 2, 8, "tiny")
+        counted: list[int] = []
+        both = sharded.play(episodes, 7, counted.append)
+        assert sum(counted) == 5
+        alone = ModelPlayer(tiny_policy, [make("keys", **kwargs) for _ in range(8)], "keys", sampling, 4, "tiny")
+        if sampling.greedy:
+            assert _played(both) == _played(alone.play(episodes, 7, lambda n: None))
+        else:  # shares of 3 and 2 episodes
+            shares = alone.play(episodes[:3], 7, lambda n: None) + alone.play(episodes[3:], 10, lambda n: None)
+            assert _played(both) == _played(shares)
+            assert _played(both) != _played(alone.play(episodes, 7, lambda n: None))  # the seed is what differs
+
+
+def test_workers_need_a_model_name_and_a_bad_one_fails_before_any_worker(tiny_policy) -> None:
+    from hp_agent.errors import UserError
+    from hp_agent.evaluation import evaluate
+
+    with pytest.raises(UserError, match="model="):
+        evaluate(env="keys", policy=tiny_policy, workers=2, limit=2)
+    with pytest.raises(UserError, match="no-such-folder"):
+        evaluate(env="keys", model="./no-such-folder", workers=2, limit=2)

@@ -1,4 +1,4 @@
-"""Learning where reading is needed: smollm2-135m on the fetch env (``make test-exhaustive``).
+"""Learning where reading is needed: smollm2-135m on the fetch env (``make test-learning``).
 
 Fetch (hp_agent/envs/fetch.py) is won only by matching the goal's word against the
 lists in the observation: a policy that does not read wins 1/9, and the held-out goals
@@ -18,7 +18,7 @@ warm start's seed, and must pass ``test_learning.improved`` (one-sided p < 0.01 
 gain of at least 0.15); the flipped-credit controls must fail it and lose success.
 
 Cost on a 2-core CPU: about 12 minutes for the warm start and 4-6 for each run, so the
-file runs in ``make test-exhaustive``; ``make test`` keeps the fetch env's own tests and
+file runs in ``make test-learning``; ``make test`` keeps the fetch env's own tests and
 one restricted training step of each method (tests/test_constrained_decoding.py).
 """
 
@@ -38,7 +38,7 @@ import hp_agent
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.sft import demonstration_sequences, supervised_warmup
 
-pytestmark = [pytest.mark.exhaustive, pytest.mark.slow, needs_model]
+pytestmark = [pytest.mark.learning, pytest.mark.slow, needs_model]
 
 MODEL = "smollm2-135m"
 SAMPLING = SamplingParams(max_new_tokens=8, temperature=1.0)

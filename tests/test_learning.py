@@ -20,8 +20,9 @@ and the credit's sign is what drives the learning.
 Measured on a 2-core CPU (held-out success, warm start -> trained, seeds 0 and 1):
 keys HP-RLVR 0.42 -> 0.87, 0.88; keys GRPO 0.42 -> 0.88, 0.80; keystep HP-RLVR
 0.51 -> 0.93, 0.89; keystep GRPO 0.51 -> 0.93, 0.91; flipped: keys 0.42 -> 0.00 (both
-algorithms), keystep 0.51 -> 0.07 (HP-RLVR), 0.19 (GRPO). The file takes about 8
-minutes with ``-n 2``.
+algorithms), keystep 0.51 -> 0.07 (HP-RLVR), 0.19 (GRPO). ``make test`` runs keystep's
+seed 0 and its controls (about 4 CPU-minutes beside the warm start's 3); keys, the second
+seeds and keys' controls are ``make test-learning``.
 """
 
 from __future__ import annotations
@@ -221,10 +222,15 @@ def test_evaluation_repeats_exactly(warm_start) -> None:
     assert list(held_out_successes(str(warm), "keystep")) == before["keystep"]
 
 
+def _long(env: str, seed: int = 0) -> list[pytest.MarkDecorator]:
+    """keys (multi-turn, ~4 CPU-min a run) and every second seed go to ``make test-learning``;
+    keystep's seed 0 and its controls stay in ``make test``."""
+    return [pytest.mark.learning] if env == "keys" or seed else []
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.exhaustive)])  # seed 1: make test-exhaustive
-@pytest.mark.parametrize("algo", ["hp-rlvr", "grpo"])
-@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize(("env", "algo", "seed"), [pytest.param(env, algo, seed, marks=_long(env, seed))
+                                                    for env in ENVS for algo in ("hp-rlvr", "grpo") for seed in (0, 1)])
 def test_rl_raises_held_out_success(warm_start, tmp_path: Path, env: str, algo: str, seed: int) -> None:
     warm, before = warm_start
     after = train_and_score(warm, env, algo, seed, tmp_path)
@@ -235,8 +241,7 @@ def test_rl_raises_held_out_success(warm_start, tmp_path: Path, env: str, algo: 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["hp-rlvr-flipped", "grpo-flipped"])
-# keys' controls (~150 CPU-s) run in make test-exhaustive; keystep's show the criterion can fail in make test
-@pytest.mark.parametrize("env", [pytest.param(env, marks=pytest.mark.exhaustive) if env == "keys" else env for env in ENVS])
+@pytest.mark.parametrize("env", [pytest.param(env, marks=_long(env)) for env in ENVS])
 def test_flipped_credit_fails_the_criterion(warm_start, tmp_path: Path, env: str, algo: str) -> None:
     warm, before = warm_start
     after = train_and_score(warm, env, algo, 0, tmp_path)
