@@ -99,6 +99,7 @@ bench: install
 	$(BIN)/python bench/jsd_memory.py --variants naive,chunked
 	$(BIN)/python bench/train_step.py --max-new-tokens 24 --prompts 4
 	$(BIN)/python bench/train_step.py --max-new-tokens 128 --prompts 2
+	$(BIN)/python bench/train_step.py --learner-packing --env math --env-kwargs '{}' --max-new-tokens 64 --repeats 3
 	$(BIN)/python bench/env_workers.py --env alfworld --env-kwargs '{"split": "id"}' --num-envs 8 --rounds 20 --repeats 2
 	$(BIN)/python bench/code_verify.py
 	$(BIN)/python bench/model_size.py --repeats 2

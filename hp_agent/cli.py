@@ -286,7 +286,8 @@ def data_alfworld(
     seed: int = typer.Option(0, help="With --dagger: sampling seed."),
     temperature: float = typer.Option(1.0, help="With --dagger: sampling temperature of the playing model (0: greedy)."),
     chat: bool = typer.Option(False, help="With --demos/--dagger: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far."),
-    workers: int = typer.Option(2, help="Processes building or playing games in parallel."),
+    constrain_to_admissible: bool = typer.Option(False, help="With --dagger: the model's replies restricted to the admissible actions, as rollout.constrain_to_admissible (DAgger then visits the states restricted play reaches)."),
+    workers: int = typer.Option(2, min=1, help="Processes building or playing games in parallel (--dagger: copies of the model, a share of the games each)."),
 ) -> None:
     """Find, build and show ALFWorld games (source, counts per split and task type); export demonstrations."""
     import subprocess
@@ -345,20 +346,20 @@ def data_alfworld(
         console.print(f"demonstrations: the expert won {len(won)} of {played} {split} games; written to {demos}")
     if dagger is not None:
         _write_dagger(dagger, model, build_splits[0] if splits else "train", source, limit, max_steps, seed, temperature,
-                      chat)
+                      chat, constrain_to_admissible, workers)
 
 
 def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | None, max_steps: int, seed: int,
-                  temperature: float, chat: bool) -> None:
-    from hp_agent.policies import SamplingParams, load_policy
+                  temperature: float, chat: bool, constrain: bool, workers: int) -> None:
+    from hp_agent.policies import SamplingParams
     from hp_agent.sft import play_first_tasks
     from hp_agent.trajectory import write_jsonl
 
     kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {}),
               **({"prompt_mode": "chat"} if chat else {})}
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
-    trajectories = play_first_tasks(load_policy(model), "alfworld", kwargs, limit, sampling, seed=seed, progress=True,
-                                    label="dagger", chat_history=chat)
+    trajectories = play_first_tasks(model, "alfworld", kwargs, limit, sampling, seed=seed, progress=True,
+                                    label="dagger", chat_history=chat, constrain=constrain, workers=workers)
     write_jsonl(out, trajectories)
     turns = [turn for t in trajectories for turn in t.turns]
     labelled = sum(turn.expert_action is not None for turn in turns)

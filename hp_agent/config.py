@@ -203,7 +203,17 @@ class LearnerConfig(_Section):
         description="Rollout slots per gradient record inside an optimizer step (default 8: one GRPO group): each record is "
         "the norm of that batch's own gradient contribution, zero exactly when it contributes nothing (paper Table 5).",
     )
-    micro_batch_tokens: int = Field(4096, ge=64, description="Padded tokens per forward/backward pass; gradients accumulate.")
+    micro_batch_tokens: int = Field(
+        4096, ge=64, description="Tokens per forward/backward pass, padding included (packed: prefix-tree nodes, a shared "
+        "prompt counted once); gradients accumulate."
+    )
+    packed: bool = Field(
+        True,
+        description="The learner's forward packs each micro-batch's sequences into prefix-tree rows (a sequence joins a row "
+        "that holds its prompt, or as many of its tokens as it adds; micro-batches keep a row together), so a prompt that sequences share (a GRPO group's) is "
+        "computed once, with gradients flowing through it: the loss and gradients of false (right-padded rows, one per "
+        "sequence), fewer tokens run. Needs attention that takes a 4-D mask (sdpa, eager).",
+    )
     max_nonfinite_steps: int = Field(3, ge=1, description="Stop after this many consecutive steps with a non-finite loss.")
     parallel: Literal["ddp", "fsdp2"] = Field(
         "ddp",

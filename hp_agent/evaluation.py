@@ -260,6 +260,16 @@ class ShardedModelPlayer:
         return [trajectory for index in range(len(processes)) for trajectory in played[index]]
 
 
+def sharded_player(model: str, env: str, env_kwargs: dict, sampling: SamplingParams, max_turns: int | None,
+                   workers: int, parallel_envs: int, constrain: bool = False, chat_history: bool = False) -> ShardedModelPlayer:
+    """A :class:`ShardedModelPlayer` of ``model`` (a name, folder or run folder). Resolved
+    here, once: a bad name fails in this process, and a model built or converted on first
+    use is not built by every worker at once."""
+    folder = str(resolve_model(model_source(model)))
+    return ShardedModelPlayer(folder, env, env_kwargs, sampling, max_turns, workers, parallel_envs, model, constrain,
+                              chat_history)
+
+
 def _play_share(messages: mp.Queue, index: int, player: ShardedModelPlayer, episodes: list[Episode], seed: int,
                 threads: int) -> None:
     """One :class:`ShardedModelPlayer` worker: load the model, play ``episodes``, send them back."""
@@ -346,12 +356,9 @@ def evaluate(
             if policy is not None:
                 raise UserValueError(f"workers={workers} loads the model in each worker process: name it with "
                                      "model= (a name or folder), not policy=")
-            # Resolved here, once: a bad name fails in this process, and a model built or
-            # converted on first use is not built by every worker at once.
-            folder = str(resolve_model(model_source(model or "tiny")))
             first = stack.enter_context(closing(make(env, **kwargs)))
-            player = ShardedModelPlayer(folder, env, kwargs, sampling or SamplingParams(), max_turns,
-                                        workers, parallel_envs, str(model or "tiny"), constrain, chat_history)
+            player = sharded_player(str(model or "tiny"), env, kwargs, sampling or SamplingParams(), max_turns, workers,
+                                    parallel_envs, constrain, chat_history)
         else:
             label = type(policy).__name__ if policy is not None else str(model or "tiny")
             policy = policy if policy is not None else load_policy(model or "tiny")

@@ -29,7 +29,7 @@ from hp_agent.batching import span_hidden_states
 from hp_agent.config import TrainConfig
 from hp_agent.constraint import joined_allowed
 from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
-from hp_agent.packing import packed_span_hidden_states
+from hp_agent.packing import SCORING, packed_span_hidden_states
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Segment, Trajectory, Turn, segments
 
@@ -143,7 +143,8 @@ def _hidden_states(
 ) -> list[torch.Tensor]:
     pad_id = policy.tokenizer.pad_token_id or 0
     if options.packed:
-        return packed_span_hidden_states(policy, sequences, spans, options.score_batch_tokens, pad_id, policy.prefix_cache)
+        return packed_span_hidden_states(policy.model, sequences, spans, options.score_batch_tokens, pad_id,
+                                         SCORING, policy.prefix_cache)
     return span_hidden_states(policy, sequences, spans, options.score_batch_tokens, pad_id)
 
 

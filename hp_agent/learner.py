@@ -23,8 +23,9 @@ to the step's gradient, so a GRPO group whose rewards all tie gives an exactly z
 record and GRPO logs about G times the records of HP-RLVR (paper Table 5 counts "all
 logged gradient records, rather than distinct optimizer steps"). Micro-batches accumulate
 gradients with the mini-batch's N as the normalizer, so micro-batching does not change
-the update. The total gradient norm of every optimizer step is clipped and recorded; a
-step whose loss or gradient is not finite is skipped.
+the update, nor does running a micro-batch's shared prompts once (``learner.packed``).
+The total gradient norm of every optimizer step is clipped and recorded; a step whose
+loss or gradient is not finite is skipped.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hp_agent.batching import pad_right, token_budget_batches
+from hp_agent.batching import token_budget_batches
 from hp_agent.constraint import joined_allowed
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum
+from hp_agent.packing import TRAINING, packed_batches
 from hp_agent.parallel import Parallel, TrainModel
 from hp_agent.policies import Policy
 
@@ -145,18 +147,19 @@ class Learner:
         parallel: Parallel,
         mixed_precision: bool,
         activation_checkpointing: bool,
+        packed: bool,
         ranks: Ranks = SINGLE,
     ):
         self.policy = policy
         self.ranks = ranks
+        self.packed = packed
         self.model = TrainModel(policy.model, temperature, ranks, parallel, mixed_precision, activation_checkpointing,
-                                weights_changed=policy.weights_changed)
+                                packed, pad_id=policy.tokenizer.pad_token_id or 0, weights_changed=policy.weights_changed)
         self.optimizer = torch.optim.AdamW(self.model.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
         self.mini_batch_prompts, self.group_size, self.record_batch_size = mini_batch_prompts, group_size, record_batch_size
-        self.pad_id = policy.tokenizer.pad_token_id or 0
 
     @classmethod
     def from_config(cls, policy: Policy, config: TrainConfig, ranks: Ranks = SINGLE) -> Learner:
@@ -168,7 +171,7 @@ class Learner:
                    mini_batch_prompts=section.mini_batch_prompts, group_size=config.algo.rollouts_per_prompt,
                    record_batch_size=section.record_batch_size, weight_decay=section.weight_decay, betas=section.betas,
                    ranks=ranks, parallel=section.parallel, mixed_precision=section.mixed_precision,
-                   activation_checkpointing=section.activation_checkpointing)
+                   activation_checkpointing=section.activation_checkpointing, packed=section.packed)
 
     def save(self, folder: Path) -> None:
         """Write the optimizer's state (and a separate training copy's) into a checkpoint folder."""
@@ -237,8 +240,16 @@ class Learner:
         return records
 
     def _micro_batches(self, samples: list[TrainingSample]) -> list[list[TrainingSample]]:
-        lengths = [len(s.input_ids) for s in samples]
-        return [[samples[i] for i in batch] for batch in token_budget_batches(lengths, self.micro_batch_tokens)]
+        """Forward/backward passes of ``micro_batch_tokens`` tokens each. Packed, a prefix-tree
+        row's sequences (a GRPO group's, which share their prompt) share a pass, or the
+        prompt would run once per pass; the budget then counts the rows' nodes and padding."""
+        sequences = [s.input_ids for s in samples]
+        if self.packed:
+            spans = [(s.action_start, len(s.input_ids)) for s in samples]
+            batches = packed_batches(sequences, spans, self.micro_batch_tokens, TRAINING)
+        else:
+            batches = list(token_budget_batches([len(s) for s in sequences], self.micro_batch_tokens))
+        return [[samples[i] for i in batch] for batch in batches]
 
     def _optimizer_step(self, micro_batches: dict[int, list[list[TrainingSample]]], passes: dict[int, int],
                         num_eligible: int) -> StepRecord:
@@ -255,7 +266,7 @@ class Learner:
             for index in range(record_passes):
                 with self.model.gradient_sync(index == record_passes - 1):
                     if index >= len(micro_batches[record]):
-                        self.model.padding_pass(self.pad_id)
+                        self.model.padding_pass()
                         continue
                     loss, metrics = self._loss(micro_batches[record][index], num_eligible)
                     (loss * self.model.loss_scale).backward()
@@ -284,10 +295,9 @@ class Learner:
 
     def _loss(self, micro: list[TrainingSample], num_eligible: int) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped loss of one micro-batch, normalised by the mini-batch's ``num_eligible``."""
-        input_ids, attention_mask = pad_right([s.input_ids for s in micro], self.pad_id)
         allowed = joined_allowed((s.allowed, s.num_action_tokens) for s in micro)
         spans = [(s.action_start, len(s.input_ids)) for s in micro]
-        logprobs = torch.cat(self.model.forward(input_ids, attention_mask, spans, allowed))
+        logprobs = torch.cat(self.model.forward([s.input_ids for s in micro], spans, allowed))
         own = logprobs.detach().split([s.num_action_tokens for s in micro])
         old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device) for s, mine in zip(micro, own)])
         credit = torch.cat([s.credit for s in micro]).to(logprobs.device)

@@ -39,11 +39,12 @@ from typing import Literal
 import torch
 from torch import nn
 
-from hp_agent.batching import predicting_states
+from hp_agent.batching import pad_right, predicting_states
 from hp_agent.constraint import Allowed
 from hp_agent.credit import chunked_logprobs
 from hp_agent.distributed import SINGLE, Ranks
 from hp_agent.errors import UserFileNotFoundError
+from hp_agent.packing import TRAINING, check_masked_attention, packed_span_hidden_states
 
 Parallel = Literal["ddp", "fsdp2"]
 OPTIMIZER_FILE = "optimizer.pt"  # a checkpoint's optimizer state when the policy's model is the one trained
@@ -54,23 +55,36 @@ class ActionLogprobs(nn.Module):
     """log pi(token) of each sequence's span, under ``model`` at ``temperature``: the
     decoder's final states at the positions that predict the span, then the LM head,
     512 tokens of logits at a time (across rows). ``allowed``: per span token, in order, the
-    ids decoding was restricted to (None: any), renormalized over as the sampler did."""
+    ids decoding was restricted to (None: any), renormalized over as the sampler did.
 
-    def __init__(self, model: nn.Module, temperature: float):
+    ``packed``: the sequences run as prefix-tree rows (:mod:`hp_agent.packing`), a prefix
+    they share (a GRPO group's prompt) computed once; else right-padded, one row each.
+    Either way in one decoder pass, the token ids made here: the whole computation is this
+    forward, as DDP and FSDP2 need. ``pad_id``: the token padding slots hold (masked out).
+    """
+
+    def __init__(self, model: nn.Module, temperature: float, packed: bool, pad_id: int):
         super().__init__()
-        self.model, self.temperature = model, temperature
+        self.model, self.temperature, self.packed, self.pad_id = model, temperature, packed, pad_id
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]],
+    def forward(self, sequences: list[list[int]], spans: list[tuple[int, int]],
                 allowed: Allowed | None = None) -> list[torch.Tensor]:
-        hidden = self.model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        if self.packed:
+            states = torch.cat(packed_span_hidden_states(self.model, sequences, spans, None, self.pad_id, TRAINING))
+        else:
+            device = next(self.model.parameters()).device
+            input_ids, attention_mask = pad_right(sequences, self.pad_id)
+            hidden = self.model.get_decoder()(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                              use_cache=False).last_hidden_state
+            states = torch.cat([predicting_states(hidden[row], start, end) for row, (start, end) in enumerate(spans)])
         head = self.model.get_output_embeddings()
 
         def project(states: torch.Tensor) -> torch.Tensor:
             return head(states) / self.temperature
 
         # All rows' spans through the head together: one large matmul per chunk, not one small one per row.
-        states = torch.cat([predicting_states(hidden[row], start, end) for row, (start, end) in enumerate(spans)])
-        targets = torch.cat([input_ids[row, start:end] for row, (start, end) in enumerate(spans)])
+        targets = torch.tensor([token for sequence, (start, end) in zip(sequences, spans) for token in sequence[start:end]],
+                               dtype=torch.long, device=states.device)
         return list(chunked_logprobs(states, targets, project, allowed=allowed).split([end - start for start, end in spans]))
 
 
@@ -81,15 +95,19 @@ class TrainModel:
     one rank). ``mixed_precision``: bf16 compute, fp32 weights, gradients and optimizer
     state (autocast, or FSDP2's ``MixedPrecisionPolicy``). ``activation_checkpointing``:
     each decoder layer's activations are recomputed in backward instead of kept.
+    ``packed``, ``pad_id``: see :class:`ActionLogprobs`; a model whose attention cannot
+    take a packed row's mask is refused here, before any rollout.
     ``weights_changed``: called by :meth:`publish` once the policy's model holds new
     weights (the policy's ``weights_changed``; None: nothing to tell).
     """
 
     def __init__(self, model: nn.Module, temperature: float, ranks: Ranks = SINGLE, parallel: Parallel = "ddp",
-                 mixed_precision: bool = False, activation_checkpointing: bool = False,
-                 weights_changed: Callable[[], None] | None = None):
+                 mixed_precision: bool = False, activation_checkpointing: bool = False, packed: bool = True,
+                 pad_id: int = 0, weights_changed: Callable[[], None] | None = None):
         if parallel not in ("ddp", "fsdp2"):
             raise ValueError(f"learner.parallel={parallel!r}; valid: ddp, fsdp2")
+        if packed:
+            check_masked_attention(model, TRAINING.off_switch)
         self.rollout_model, self.ranks, self.weights_changed = model, ranks, weights_changed
         self.sharded = ranks.enabled and parallel == "fsdp2"
         self.device = next(model.parameters()).device
@@ -101,7 +119,7 @@ class TrainModel:
         if activation_checkpointing:
             base = trained.get_base_model() if hasattr(trained, "get_base_model") else trained  # LoRA: the transformers model
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.module: nn.Module = ActionLogprobs(trained, temperature)
+        self.module: nn.Module = ActionLogprobs(trained, temperature, packed, pad_id)
         if self.sharded:
             self.module = _fully_shard(self.module, trained, mixed_precision)
         elif ranks.enabled:
@@ -110,13 +128,15 @@ class TrainModel:
         self.trained = trained
         self.parameters = [p for p in trained.parameters() if p.requires_grad]  # LoRA: the adapter's only
         self.loss_scale = float(ranks.world_size)
+        self.pad_id = pad_id
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, spans: list[tuple[int, int]],
+    def forward(self, sequences: list[list[int]], spans: list[tuple[int, int]],
                 allowed: Allowed | None = None) -> list[torch.Tensor]:
+        """:class:`ActionLogprobs` of ``sequences``' ``spans`` in training mode (under bf16 autocast with mixed precision)."""
         self.trained.train()
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else nullcontext()
         with autocast:
-            return self.module(input_ids.to(self.device), attention_mask.to(self.device), spans, allowed)
+            return self.module(sequences, spans, allowed)
 
     @contextmanager
     def gradient_sync(self, enabled: bool) -> Iterator[None]:
@@ -133,11 +153,10 @@ class TrainModel:
             with self.module.no_sync():
                 yield
 
-    def padding_pass(self, pad_id: int) -> None:
+    def padding_pass(self) -> None:
         """A forward and backward whose loss is zero: a rank's turn in the other ranks'
         collectives when it has no micro-batch of its own left."""
-        ids = torch.full((1, 2), pad_id, dtype=torch.long)
-        (self.forward(ids, torch.ones_like(ids), [(1, 2)])[0].sum() * 0.0).backward()
+        (self.forward([[self.pad_id] * 2], [(1, 2)])[0].sum() * 0.0).backward()
 
     def grad_norm(self, max_norm: float | None) -> float:
         """The gradients' total norm (over all ranks' shards); with ``max_norm``, clipped to it (the norm before)."""

@@ -173,21 +173,30 @@ def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory
     return trajectory
 
 
-def play_first_tasks(policy: Policy, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
+def play_first_tasks(policy: Policy | str, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
                      parallel_envs: int = 32, seed: int = 0, progress: bool = False, label: str = "play",
-                     chat_history: bool = False) -> list[Trajectory]:
+                     chat_history: bool = False, constrain: bool = False, workers: int = 1) -> list[Trajectory]:
     """``policy`` plays the first ``limit`` tasks of ``make(env_name, **env_kwargs)`` once
-    each (seeded as an evaluation is; ``chat_history`` as ``rollout.chat_history``). Its
-    trajectories are DAgger's data (every turn keeps the env's expert advice:
-    :func:`expert_label_sequences`) and the hindsight warm-up's (their realized futures and
-    verdicts: :func:`hindsight_copies`)."""
-    from hp_agent.evaluation import ModelPlayer
+    each (seeded as an evaluation is; ``chat_history`` as ``rollout.chat_history``,
+    ``constrain`` as ``rollout.constrain_to_admissible``). Its trajectories are DAgger's
+    data (every turn keeps the env's expert advice: :func:`expert_label_sequences`) and the
+    hindsight warm-up's (their realized futures and verdicts: :func:`hindsight_copies`).
+    ``workers`` > 1: ``policy`` is a model's name or folder, loaded in that many processes
+    that play a contiguous share of the tasks each (as ``evaluate(workers=...)``)."""
+    from hp_agent.evaluation import ModelPlayer, Player, sharded_player
 
-    envs = [make(env_name, **env_kwargs) for _ in range(min(parallel_envs, limit or parallel_envs))]
+    envs = [make(env_name, **env_kwargs) for _ in range(1 if workers > 1 else min(parallel_envs, limit or parallel_envs))]
     try:
         task_ids = envs[0].task_ids()[:limit]
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids)]
-        player = ModelPlayer(policy, envs, env_name, sampling, None, label, chat_history=chat_history)
+        if workers > 1:
+            if not isinstance(policy, str):
+                raise UserValueError(f"workers={workers} loads the model in each worker process: pass its name or folder")
+            player: Player = sharded_player(policy, env_name, env_kwargs, sampling, None, workers, parallel_envs,
+                                            constrain, chat_history)
+        else:
+            player = ModelPlayer(load_policy(policy) if isinstance(policy, str) else policy, envs, env_name, sampling, None,
+                                 label, constrain, chat_history)
         with LoopProgress(f"{label} {env_name}", len(episodes), enabled=progress, every=parallel_envs) as bar:
             return player.play(episodes, seed, bar.advance)
     finally:

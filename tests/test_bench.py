@@ -25,3 +25,12 @@ def test_generation_bench_names_a_bad_backend() -> None:
     done = subprocess.run([sys.executable, "bench/generation.py", "--backends", "hf,trl"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--backends" in done.stderr and "'hf-no-reuse'" in done.stderr
+
+
+def test_train_step_bench_prints_the_learner_packing_ratios() -> None:
+    command = [sys.executable, "bench/train_step.py", "--learner-packing", "--env", "math", "--env-kwargs", "{}",
+               "--prompts", "1", "--group", "2", "--max-new-tokens", "4", "--repeats", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "grpo batch: env=math model=tiny 1 prompts x G=2, 2 sequences" in done.stdout and "packed / padded: time" in done.stdout

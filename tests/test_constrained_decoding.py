@@ -20,7 +20,6 @@ from hp_agent.policies import SamplingParams
 from hp_agent.rollout import Episode, collect
 from hp_agent.files import read_jsonl_records
 from hp_agent.verifiers import Verdict
-from hp_agent.batching import pad_right
 
 SAMPLING = SamplingParams(max_new_tokens=12, temperature=1.0)
 
@@ -31,12 +30,12 @@ def _keys_episodes(policy, n: int = 4, constrain: bool = True):
     return collect(policy, envs, "keys", episodes, SAMPLING, seed=0, constrain=constrain)
 
 
-def _learner_logprobs(policy, turns, allowed: bool) -> list[torch.Tensor]:
-    input_ids, attention_mask = pad_right([t.prompt_ids + t.action_ids for t in turns], policy.pad_token_id)
+def _learner_logprobs(policy, turns, allowed: bool, packed: bool = True) -> list[torch.Tensor]:
     spans = [(len(t.prompt_ids), len(t.prompt_ids) + len(t.action_ids)) for t in turns]
     sets = [tokens for t in turns for tokens in t.allowed] if allowed else None
     with torch.no_grad():
-        return ActionLogprobs(policy.model, 1.0)(input_ids, attention_mask, spans, sets)
+        return ActionLogprobs(policy.model, 1.0, packed, policy.pad_token_id)([t.prompt_ids + t.action_ids for t in turns],
+                                                                             spans, sets)
 
 
 def test_constrained_tokens_have_one_distribution_in_sampler_scorer_and_learner(tiny_policy):
@@ -59,9 +58,10 @@ def test_constrained_tokens_have_one_distribution_in_sampler_scorer_and_learner(
     sampled = [torch.tensor(turn.sample_logprobs) for turn in turns]
     scores = score_trajectories(tiny_policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
     scored = [lp for t, s in zip(trajectories, scores) for turn, lp in zip(t.turns, s.causal_logprobs) if turn.allowed is not None]
-    learned = _learner_logprobs(tiny_policy, turns, allowed=True)
-    for behaviour, scorer, learner in zip(sampled, scored, learned, strict=True):
-        assert torch.allclose(scorer, behaviour, atol=1e-5) and torch.allclose(learner, behaviour, atol=1e-5)
+    for packed in (True, False):  # the learner's forward, packed (the default) and right-padded
+        learned = _learner_logprobs(tiny_policy, turns, allowed=True, packed=packed)
+        for behaviour, scorer, learner in zip(sampled, scored, learned, strict=True):
+            assert torch.allclose(scorer, behaviour, atol=1e-5) and torch.allclose(learner, behaviour, atol=1e-5)
     # Control: the full-vocabulary log-probs differ, so a stage that ignored the sets would fail above.
     free = torch.cat(_learner_logprobs(tiny_policy, turns, allowed=False))
     assert (torch.cat(sampled) - free).max() > 0.1 and bool((torch.cat(sampled) >= free - 1e-6).all())

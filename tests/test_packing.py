@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hp_agent.batching import span_hidden_states
-from hp_agent.packing import attention_bias, pack_sequences, packed_span_hidden_states
+from hp_agent.packing import SCORING, TRAINING, pack_sequences, packed_batches, packed_span_hidden_states, tree_mask
 
 
 def _related_sequences(rng: random.Random, count: int, vocab: int = 1500) -> list[list[int]]:
@@ -35,6 +35,11 @@ def test_sequences_that_share_little_start_a_new_row():
     assert [row for row, _ in placements] == [0, 0, 1]  # 10 shared >= 5 added; nothing shared with the last
     rows, placements = pack_sequences([shared + [1, 2], shared + [3] * 11], max_tokens=100)
     assert [row for row, _ in placements] == [0, 1]  # it would add more (11) than it shares (10)
+    rows, placements = pack_sequences([shared + [1, 2], shared + [3] * 11, shared[:4] + [3] * 11], max_tokens=100,
+                                      prompts=[10, 10, 6])
+    # The learner's rule: the second joins the row that holds its 10-token prompt; the first
+    # (sorted after the third) shares 4 tokens of the third's row, not its prompt.
+    assert [row for row, _ in placements] == [1, 1, 0]
     rows, placements = pack_sequences([[5] * 50, [5] * 40 + [6] * 10], max_tokens=55)
     assert [row for row, _ in placements] == [0, 1]  # the row is full
     rows, placements = pack_sequences([[4] * 80], max_tokens=55)
@@ -43,20 +48,19 @@ def test_sequences_that_share_little_start_a_new_row():
         pack_sequences([[1]], max_tokens=0)
 
 
-def test_bias_lets_a_token_see_exactly_its_ancestors():
+def test_mask_lets_a_token_see_exactly_its_ancestors():
     sequences = _related_sequences(random.Random(1), 12)
     rows, placements = pack_sequences(sequences, max_tokens=10_000)
     for index, row in enumerate(rows):
         width = len(row) + 3
-        bias = attention_bias(row, width)
+        mask = tree_mask(row, width)
         expected = torch.zeros(width, width, dtype=torch.bool)
         for _, nodes in (p for p in placements if p[0] == index):
             for k, node in enumerate(nodes):
                 expected[node, nodes[: k + 1]] = True
         padding = torch.arange(len(row), width)
         expected[padding, padding] = True  # padding sees itself only
-        assert torch.equal(bias == 0, expected)
-        assert bool(torch.isneginf(bias[~expected]).all())
+        assert torch.equal(mask, expected)
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
@@ -72,7 +76,7 @@ def test_packed_hidden_states_equal_plain_forward_passes(tiny_policy, implementa
     try:
         with torch.no_grad():
             reference = span_hidden_states(tiny_policy, sequences, spans, 4096, pad_id=0)
-            packed = packed_span_hidden_states(tiny_policy, sequences, spans, 96, pad_id=0)
+            packed = packed_span_hidden_states(model, sequences, spans, 96, 0, SCORING)
     finally:
         model.set_attn_implementation(original)
     for a, b, (start, end) in zip(reference, packed, spans, strict=True):
@@ -86,8 +90,20 @@ def test_unsupported_attention_is_refused_with_the_fix(tiny_policy):
     model.config._attn_implementation = "flash_attention_2"  # would ignore a 4-D mask
     try:
         with pytest.raises(ValueError, match="hindsight.packed=false"):
-            packed_span_hidden_states(tiny_policy, [[1, 2, 3]], [(1, 3)], 64, pad_id=0)
+            packed_span_hidden_states(model, [[1, 2, 3]], [(1, 3)], 64, 0, SCORING)
     finally:
         model.config._attn_implementation = original
     with pytest.raises(ValueError, match="does not fit"):
-        packed_span_hidden_states(tiny_policy, [[1, 2, 3]], [(0, 3)], 64, pad_id=0)
+        packed_span_hidden_states(model, [[1, 2, 3]], [(0, 3)], 64, 0, SCORING)
+
+
+def test_packed_passes_keep_a_row_together_within_the_budget():
+    sequences = _related_sequences(random.Random(3), 24)
+    spans = [(min(len(s), 12), len(s)) for s in sequences]
+    rows, placements = pack_sequences(sequences, max_tokens=128, prompts=[start for start, _ in spans])
+    passes = packed_batches(sequences, spans, max_tokens=128, rule=TRAINING)
+    assert sorted(i for batch in passes for i in batch) == list(range(len(sequences)))
+    for batch in passes:
+        held = {placements[i][0] for i in batch}
+        assert {i for i, (row, _) in enumerate(placements) if row in held} == set(batch)  # whole rows only
+        assert len(held) == 1 or max(len(rows[r]) for r in held) * len(held) <= 128  # padded rows within the budget

@@ -68,6 +68,23 @@ def test_hindsight_copies_of_played_episodes_show_each_turn_its_future_and_outco
         assert f"Outcome: {'success' if trajectory.success else 'failure'}" in prompt and trajectory.feedback in prompt
 
 
+@pytest.mark.slow
+def test_restricted_play_in_two_processes_plays_what_one_process_plays(tiny_policy):
+    """DAgger's play (``data alfworld --dagger --constrain-to-admissible --workers 2``):
+    restricted, every reply is an admissible action; greedy, two workers play the games
+    one process plays."""
+    greedy = SamplingParams(max_new_tokens=5, greedy=True)
+    kwargs = {"split": "train"}
+    both = sft_module.play_first_tasks("tiny", "keys", kwargs, 5, greedy, constrain=True, workers=2)
+    alone = sft_module.play_first_tasks(tiny_policy, "keys", kwargs, 5, greedy, constrain=True)
+    assert [[turn.action_ids for turn in t.turns] for t in both] == [[turn.action_ids for turn in t.turns] for t in alone]
+    assert len(both) == 5 and not any(turn.invalid for t in both for turn in t.turns)
+    free = sft_module.play_first_tasks(tiny_policy, "keys", kwargs, 5, greedy)
+    assert any(turn.invalid for t in free for turn in t.turns)  # the untrained model, unrestricted, is mostly invalid
+    with pytest.raises(ValueError, match="name or folder"):
+        sft_module.play_first_tasks(tiny_policy, "keys", kwargs, 5, greedy, workers=2)
+
+
 def test_hindsight_warmup_from_an_env_learns_demonstrations_and_copies(tmp_path):
     plain = sft(tmp_path / "plain", env="keys", steps=1, batch_size=2)
     both = sft(tmp_path / "both", env="keys", steps=1, batch_size=2, hindsight=True, hindsight_episodes=2,
