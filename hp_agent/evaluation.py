@@ -204,6 +204,12 @@ class ModelPlayer:
                            on_wave=lambda wave: on_done(len(wave)))
 
 
+def _library_verbosity() -> tuple[int, bool]:
+    from transformers.utils import logging as hf_logging
+
+    return hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+
+
 @dataclass
 class ShardedModelPlayer:
     """A model loaded in ``workers`` processes, each playing a contiguous share of the
@@ -221,6 +227,8 @@ class ShardedModelPlayer:
     label: str
     constrain: bool = False
     chat_history: bool = False
+    # transformers' log verbosity and progress bars as this process has them, for the workers
+    library_verbosity: tuple[int, bool] = field(default_factory=_library_verbosity)
 
     def play(self, episodes: list[Episode], seed: int, on_done: Callable[[int], None]) -> list[Trajectory]:
         size, extra = divmod(len(episodes), self.workers)
@@ -274,6 +282,12 @@ def _play_share(messages: mp.Queue, index: int, player: ShardedModelPlayer, epis
                 threads: int) -> None:
     """One :class:`ShardedModelPlayer` worker: load the model, play ``episodes``, send them back."""
     torch.set_num_threads(threads)
+    from transformers.utils import logging as hf_logging
+
+    verbosity, progress_bars = player.library_verbosity
+    hf_logging.set_verbosity(verbosity)
+    if not progress_bars:
+        hf_logging.disable_progress_bar()
     try:
         policy = load_policy(player.model)
         with ExitStack() as stack:
