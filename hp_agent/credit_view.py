@@ -1,12 +1,14 @@
 """What the credit viewer (``hp-agent show``) needs of a trajectory, computed while training.
 
-For a few trajectories a step (``trainer.views_per_step``), right after credit and before
-the update, under the snapshot that scored them, the trainer records per action token:
-its text, its credit (HP-RLVR's token credit, GRPO's advantage), its JSD weight, and the
-``trainer.view_top_k`` most likely next tokens of the causal view and of the hindsight
-view with their probabilities; per segment, the privileged block the hindsight view
-read. Records go to the run's ``credit_views.jsonl``, which stops growing at
-``trainer.view_max_mb``.
+For a few trajectories a step (``trainer.views_per_step``), the trainer records per action
+token: its text, its credit (HP-RLVR's token credit, GRPO's advantage), its JSD weight,
+and the ``trainer.view_top_k`` most likely next tokens of the causal view and of the
+hindsight view with their probabilities; per segment, the privileged block the hindsight
+view read. The views are computed under the snapshot that scored the trajectories, right
+after scoring (:func:`scored_view`; with ``trainer.off_policy_steps`` >= 1 in the rollout
+process, whose weights those are), and the credit is filled in once the learner's
+process has assigned it (:func:`with_credit`). Records go to the run's
+``credit_views.jsonl``, which stops growing at ``trainer.view_max_mb``.
 """
 
 from __future__ import annotations
@@ -48,16 +50,16 @@ def _top_tokens(policy: Policy, logits: torch.Tensor, token_ids: list[int], top_
 
 
 @torch.no_grad()
-def credit_view(
+def scored_view(
     policy: Policy,
     trajectory: Trajectory,
-    credit: list[torch.Tensor],
     weights: list[torch.Tensor] | None,
     options: ScoringOptions,
     top_k: int = 5,
 ) -> dict[str, Any]:
-    """One trajectory as the viewer shows it. ``credit[t]`` and ``weights[t]`` are turn t's
-    per-token tensors (``weights`` None: a rule without hindsight, e.g. GRPO)."""
+    """One trajectory as the viewer shows it, under ``policy``'s weights (the snapshot that
+    scored it), its credit still None (:func:`with_credit`). ``weights[t]`` is turn t's
+    per-token JSD weights (None: a rule without hindsight, e.g. GRPO)."""
     pad_id = policy.tokenizer.pad_token_id or 0
 
     def project(states: torch.Tensor) -> torch.Tensor:
@@ -82,7 +84,7 @@ def credit_view(
     for t, turn in enumerate(turns):
         texts = policy.decode_tokens(turn.action_ids)
         tokens = [
-            {"text": texts[j], "credit": round(float(credit[t][j]), 6),
+            {"text": texts[j], "credit": None,
              "weight": None if weights is None else round(float(weights[t][j]), 6),
              "causal": causal[t][j], "hindsight": hindsight[t][j]}
             for j in range(len(turn.action_ids))
@@ -93,3 +95,11 @@ def credit_view(
     return {"env": trajectory.env, "task_id": trajectory.task_id, "task_type": trajectory.task_type,
             "group": trajectory.group, "reward": trajectory.reward, "success": trajectory.success,
             "feedback": trajectory.feedback, "turns": view_turns, "segments": segments}
+
+
+def with_credit(view: dict[str, Any], credit: list[torch.Tensor]) -> dict[str, Any]:
+    """``view`` (:func:`scored_view`) with turn t's token credit ``credit[t]`` filled in."""
+    for turn, turn_credit in zip(view["turns"], credit, strict=True):
+        for token, value in zip(turn["tokens"], turn_credit.tolist(), strict=True):
+            token["credit"] = round(float(value), 6)
+    return view

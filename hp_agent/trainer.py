@@ -1,15 +1,17 @@
 """The training loop: rollout -> hindsight -> credit -> learner, one step at a time.
 
 Read top to bottom: :func:`train` sets up (seeding, run folder, policy, learner), then
-each step samples tasks, plays them, scores them, assigns credit, updates the weights,
-logs metrics with per-phase timings and checkpoints. ``resume`` continues a killed run
-from its last complete checkpoint, losing at most the step in flight.
+each step takes its tasks, gets them played and scored (:mod:`hp_agent.scored_batch`),
+assigns credit, updates the weights, logs metrics with per-phase timings and checkpoints.
+With ``trainer.off_policy_steps=0`` the batch is played and scored right there, on the
+learner's weights; with k >= 1 a rollout process plays step t + k's batch while the
+learner trains on step t's (:mod:`hp_agent.async_rollout`). ``resume`` continues a killed
+run from its last complete checkpoint, losing at most the steps in flight.
 """
 
 from __future__ import annotations
 
 import random
-import resource
 import time
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
@@ -19,22 +21,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hp_agent.async_rollout import RolloutProcess
 from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, HistoricalBaseline, credit_breakdown, zero_turn_credit
 from hp_agent.credit_rules import CreditRule
-from hp_agent.credit_view import VIEWS_FILE, credit_view, pick_for_view
+from hp_agent.credit_view import VIEWS_FILE, with_credit
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
-from hp_agent.envs.pool import EnvPool, make_env_pool
 from hp_agent.errors import UserError, UserFileExistsError, UserFileNotFoundError, UserValueError
-from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories, unreplayed_scores
+from hp_agent.hindsight import TrajectoryScores
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
-from hp_agent.policies import Policy, SamplingParams, load_policy
-from hp_agent.policies.lora import maybe_apply_lora, save_model
+from hp_agent.policies import Policy
+from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
-from hp_agent.rollout import Episode, PhaseTimes, collect
+from hp_agent.rollout import PhaseTimes
 from hp_agent.run_folder import latest_checkpoint
 from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, resume_checkpoint, save_checkpoint
-from hp_agent.trajectory import Trajectory, format_token_mask
+from hp_agent.scored_batch import InlineRollouts, RolloutJob, ScoredBatch, load_training_policy
+from hp_agent.trajectory import Trajectory, format_token_mask, usable_indices
 
 
 class TrainingError(UserError, RuntimeError):
@@ -57,6 +60,11 @@ class TaskSampler:
     def __init__(self, task_ids: list[str], seed: int):
         self.task_ids, self.seed = list(task_ids), seed
         self.epoch, self.position = 0, 0
+
+    @property
+    def state(self) -> tuple[int, int]:
+        """Where the next take starts: (epoch, position)."""
+        return self.epoch, self.position
 
     def take(self, n: int) -> list[str]:
         out = []
@@ -86,11 +94,6 @@ def credit_batch(
         token_turn=token_turn,
         weights=torch.cat([w for score in scores for w in score.weights]) if with_weights else None,
     )
-
-
-def usable_indices(trajectories: list[Trajectory]) -> list[int]:
-    """The trajectories credit and the learner use: not errored, with an action token."""
-    return [k for k, t in enumerate(trajectories) if not t.errored and any(turn.action_ids for turn in t.turns)]
 
 
 def assign_credit(
@@ -178,13 +181,16 @@ class TrainState:
     sampler: TaskSampler
     totals: dict[str, int] = field(default_factory=lambda: {"zero_grad_records": 0, "grad_records": 0, "nonfinite_in_a_row": 0})
 
-    def state_dict(self, ranks: Ranks = SINGLE) -> dict:
-        """The state; every rank's random generators (each samples its own episodes)."""
+    def state_dict(self, ranks: Ranks = SINGLE, sampler: tuple[int, int] | None = None) -> dict:
+        """The state; every rank's random generators (each samples its own episodes).
+        ``sampler``: the task order's position to save in place of the sampler's own (the
+        one before the tasks of batches still in flight were taken, so that a resumed run
+        plays them again)."""
         own_rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
         return {
             "step": self.step,
             "baseline": self.baseline.state_dict(),
-            "sampler": (self.sampler.epoch, self.sampler.position),
+            "sampler": sampler or self.sampler.state,
             "rng": all_gather(own_rng, ranks),
             "totals": dict(self.totals),
         }
@@ -275,87 +281,93 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
            resources: ExitStack, ranks: Ranks) -> RunSummary:
     # --- set-up: envs, policy, learner, the resumable state, logs --------------------
     _seed_everything(config.trainer.seed + ranks.rank, config.trainer.torch_threads)  # ranks sample apart
-    group_size = config.algo.rollouts_per_prompt
-    prompts_per_rank = config.trainer.prompts_per_step // ranks.world_size
-    envs = resources.enter_context(_env_pool(config, num_envs=prompts_per_rank * group_size))
+    off_policy = config.trainer.off_policy_steps
     model = config.model.model_copy(update={"name": str(checkpoint / "model")}) if checkpoint else config.model
-    policy = load_policy(model.name, model.dtype, ranks.device(model.device), model.enable_thinking, backend=model.backend,
-                         prefix_cache_tokens=model.prefix_cache_tokens,
-                         backend_options=model.vllm.model_dump() if model.backend == "vllm" else None)
-    policy = maybe_apply_lora(policy, model)  # model.lora_rank > 0: train an adapter only (resumes one)
+    # The env pool lives where the batches are played: here, or in the rollout process it starts.
+    rollouts = resources.enter_context(closing(RolloutProcess(config, ranks, model) if off_policy
+                                               else InlineRollouts(config, ranks)))
+    policy = load_training_policy(model, ranks.device(model.device))
     if ranks.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
         save_config(config, run_dir / "config.yaml")
     learner = Learner.from_config(policy, config, ranks)
-    state = TrainState(0, HistoricalBaseline(**config.baseline.model_dump()), TaskSampler(envs.task_ids(), config.trainer.seed))
+    saved = None
     if checkpoint is not None:
         learner.load(checkpoint)
-        state.load_state_dict(load_checkpoint_state(checkpoint), ranks)
+        saved = load_checkpoint_state(checkpoint)
+    first_step = saved["step"] if saved else 0
+    # No replay where the learner does not need one: synchronous, its own pass runs on the snapshot's weights.
+    rollouts.start(policy, first_step, replay=learner.needs_behaviour_logprobs(config.trainer.prompts_per_step))
+    state = TrainState(0, HistoricalBaseline(**config.baseline.model_dump()), TaskSampler(rollouts.task_ids, config.trainer.seed))
+    if saved is not None:
+        state.load_state_dict(saved, ranks)
     logs = RunLogs.open(run_dir, config, state.step if resuming else None, resources, ranks)
-    rule = config.algo.rule
-    sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
-    scoring, credit_options = ScoringOptions.from_config(config), config.credit_options
-    replay = learner.needs_behaviour_logprobs(config.trainer.prompts_per_step)
+    rule, credit_options = config.algo.rule, config.credit_options
     summary = RunSummary(run_dir=run_dir, steps=state.step)
+    taken_before: dict[int, tuple[int, int]] = {}  # step -> the task order's position before its tasks were taken
+
+    def submit(step: int) -> None:
+        """Take step ``step``'s P prompts (this rank's P / W of them, G samples each; seeds as one process's)."""
+        taken_before[step] = state.sampler.state
+        task_ids = shard(state.sampler.take(config.trainer.prompts_per_step), ranks)
+        episodes = len(task_ids) * config.algo.rollouts_per_prompt
+        views = logs.views is not None and not logs.views.full and (
+            step % config.trainer.view_every == 0 or step + 1 == config.trainer.steps)
+        rollouts.submit(RolloutJob(step, task_ids, first_seed=config.trainer.seed + (step * ranks.world_size + ranks.rank) * episodes,
+                                   version=max(step - off_policy, first_step), views=config.trainer.views_per_step if views else 0))
 
     # --- the loop ------------------------------------------------------------------
+    for step in range(first_step, min(first_step + off_policy, config.trainer.steps)):
+        submit(step)  # one-step-off: the batches the rollout process plays before the first update
     with LoopProgress("train", config.trainer.steps, enabled=progress, completed=state.step) as bar:
         for step in range(state.step, config.trainer.steps):
-            step_start, cpu_start = time.perf_counter(), _cpu_seconds_with_workers(envs)
+            step_start, cpu_start = time.perf_counter(), rollouts.cpu_seconds()
             times = PhaseTimes()
 
-            # 1. rollout: P prompts, G samples each (this rank's P / W of them; seeds as one process's)
-            task_ids = shard(state.sampler.take(config.trainer.prompts_per_step), ranks)
-            episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(group_size)]
-            first_seed = config.trainer.seed + (step * ranks.world_size + ranks.rank) * len(episodes)
-            trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
-                                   seed=first_seed, times=times, chat_history=config.rollout.chat_history,
-                                   truncated_invalid=config.rollout.truncated_turn == "invalid",
-                                   constrain=config.rollout.constrain_to_admissible)
-            # vllm with model.vllm.sleep: free the engine's GPU memory (counted with the weight sync that wakes it)
-            times.add("time/weight_sync", policy.release_memory())
-
-            # Errored episodes (an env that raised, crashed or hung) go no further than the log:
-            # no scoring, credit, baseline or update. ``slots``: the kept ones' places in the global order.
-            usable = usable_indices(trajectories)
-            kept, slots = [trajectories[k] for k in usable], [ranks.rank * len(episodes) + k for k in usable]
-
-            # 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the snapshot. No replay
-            # where the learner does not need one: its own pass runs on the snapshot's weights.
+            # 1. rollout and 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the
+            # snapshot that generated: played here now (synchronous), or by the rollout process while
+            # the learner trained on the step before (one-step-off), which plays step + k's batch next.
+            if step + off_policy < config.trainer.steps:
+                submit(step + off_policy)
             started = time.perf_counter()
-            if rule.hindsight or replay:
-                scores = score_trajectories(policy, kept, scoring, with_hindsight=rule.hindsight)
-            else:
-                scores = unreplayed_scores(kept)
-            times.add("time/hindsight" if rule.hindsight else "time/replay", time.perf_counter() - started)
+            batch = rollouts.receive()
+            if rollouts.overlapped:
+                times.add("time/wait_rollout", time.perf_counter() - started)
+            _check_batch(batch, step, max(step - off_policy, first_step))
+            kept = batch.kept
+            slots = [ranks.rank * len(batch.trajectories) + k for k in batch.usable]  # places in the global order
 
             # 3. credit (then the baseline's update), 4. the policy update
-            format_masks = answer_format_masks(policy, kept, envs.answer_format)
-            samples, credit_metrics = assign_credit(kept, scores, rule, credit_options, state.baseline, format_masks, ranks,
-                                                    mask_truncated=config.rollout.truncated_turn == "mask")
-            if logs.views is not None and (step % config.trainer.view_every == 0 or step + 1 == config.trainer.steps):
-                # under the snapshot that scored them, before the update
-                started = time.perf_counter()
-                _record_views(policy, kept, scores, samples, scoring, config, step, logs.views)
-                times.add("time/views", time.perf_counter() - started)
+            format_masks = answer_format_masks(policy, kept, rollouts.answer_format)
+            samples, credit_metrics = assign_credit(kept, batch.scores, rule, credit_options, state.baseline, format_masks,
+                                                    ranks, mask_truncated=config.rollout.truncated_turn == "mask")
+            for pick, view in batch.views:  # scored under the snapshot that generated; credit from here
+                sample_credit = [sample.credit for sample in samples[pick]]
+                logs.views.write({"step": step, "algo": config.algo.name, **with_credit(view, sample_credit)})
             started = time.perf_counter()
             records = learner.step(samples, slots)
             times.add("time/train", time.perf_counter() - started)
-            # vllm: copy the updated weights into the rollout engine; hf shares the learner's model (0 s).
-            times.add("time/weight_sync", policy.sync_weights())
+            # Hand the new weights to the rollouts: vllm's engine, or the rollout process's slot (hf inline: 0 s).
+            times.add("time/weight_sync", rollouts.publish(step + 1))
 
             # 5. bookkeeping: logs (every rank's trajectories; rank 0's credit and times), then a
             # checkpoint every checkpoint_every steps and at the end
             train_metrics = _account_grad_records(records, state.totals, step, logs.grad_norms, config.learner.max_nonfinite_steps)
+            trajectories = batch.trajectories
             everyone = [t for part in all_gather(trajectories, ranks) for t in part] if ranks.enabled else trajectories
             for trajectory in everyone if logs.trajectories is not None else ():
                 logs.trajectories.write({"step": step, **trajectory.to_dict()})
             total = time.perf_counter() - step_start
-            metrics = {**rollout_metrics(everyone), **credit_metrics, **train_metrics, **times.seconds}
-            metrics["time/residual"] = max(total - sum(times.seconds.values()), 0.0)
+            phases = _merged(batch.times, times)
+            metrics = {**rollout_metrics(everyone), **credit_metrics, **train_metrics, **phases.seconds}
+            # Overlapped, the rollout's phases ran beside the learner's: the residual is the learner's own.
+            counted = times if rollouts.overlapped else phases
+            metrics["time/residual"] = max(total - sum(counted.seconds.values()), 0.0)
             metrics["time/total"] = total
-            # a restarted worker restarts its count; with several ranks, all of them
-            metrics["cpu/step_s"] = all_reduce_sum([max(_cpu_seconds_with_workers(envs) - cpu_start, 0.0)], ranks)[0]
+            if rollouts.overlapped:
+                metrics["async/staleness"] = float(step - batch.version)  # learner updates the batch's weights missed
+            # the trainer's process and its env workers (or its rollout process's); with several ranks, all of them
+            metrics["cpu/step_s"] = all_reduce_sum([max(rollouts.cpu_seconds() - cpu_start, 0.0)], ranks)[0]
             if torch.cuda.is_available() and policy.device.type == "cuda":  # rank 0's device, since the run started
                 free_bytes, device_bytes = torch.cuda.mem_get_info(policy.device)
                 metrics["gpu/peak_memory_gib"] = torch.cuda.max_memory_allocated(policy.device) / (1 << 30)  # torch's allocator
@@ -364,26 +376,31 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             state.step = summary.steps = step + 1
             summary.final_metrics = metrics
             if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
-                summary.checkpoint = save_checkpoint(run_dir, state.step, partial(save_model, policy.model, policy.tokenizer), learner.save,
-                                                     state.state_dict(ranks), config.trainer.keep_checkpoints, ranks)
+                # The batches in flight are not saved: the task order goes back to before their tasks were taken.
+                summary.checkpoint = save_checkpoint(run_dir, state.step, partial(save_model, policy.model, policy.tokenizer),
+                                                     learner.save, state.state_dict(ranks, taken_before.get(step + 1)),
+                                                     config.trainer.keep_checkpoints, ranks)
+            taken_before.pop(step, None)
             bar.advance(1, step_status(metrics, full=not bar.terminal))
     summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)
     return summary
 
 
-def _record_views(policy: Policy, trajectories: list[Trajectory], scores: list[TrajectoryScores],
-                  samples: list[list[TrainingSample]], scoring: ScoringOptions, config: TrainConfig, step: int,
-                  log: JsonlLog) -> None:
-    """``trainer.views_per_step`` of this step's trajectories, as ``hp-agent show`` draws them."""
-    usable = usable_indices(trajectories)
-    for pick in pick_for_view([trajectories[k] for k in usable], config.trainer.views_per_step):
-        if log.full:  # credit_views.jsonl holds trainer.view_max_mb: compute no view it would refuse
-            return
-        k = usable[pick]
-        view = credit_view(policy, trajectories[k], [sample.credit for sample in samples[pick]], scores[k].weights,
-                           scoring, config.trainer.view_top_k)
-        log.write({"step": step, "algo": config.algo.name, **view})
+def _check_batch(batch: ScoredBatch, step: int, version: int) -> None:
+    """The batch trained at ``step`` is that step's, generated by the weights after ``version`` updates."""
+    versions = {t.policy_version for t in batch.trajectories}
+    if batch.step != step or versions - {version}:
+        raise RuntimeError(f"step {step} received the batch of step {batch.step} generated by weights version(s) "
+                           f"{sorted(versions)}; expected version {version}")
+
+
+def _merged(rollout: PhaseTimes, learner: PhaseTimes) -> PhaseTimes:
+    """The rollout side's phase seconds, then the learner's, added where both have one."""
+    merged = PhaseTimes(dict(rollout.seconds))
+    for phase, seconds in learner.seconds.items():
+        merged.add(phase, seconds)
+    return merged
 
 
 def step_status(metrics: dict[str, float], full: bool) -> str:
@@ -402,17 +419,6 @@ def _seed_everything(seed: int, torch_threads: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _env_pool(config: TrainConfig, num_envs: int) -> EnvPool:
-    return make_env_pool(config.env.name, num_envs=num_envs, num_workers=config.env.num_workers, env_kwargs=config.env.kwargs,
-                         step_timeout=config.env.step_timeout, reset_timeout=config.env.reset_timeout)
-
-
-def _cpu_seconds_with_workers(envs: EnvPool) -> float:
-    """CPU seconds used so far by this process (all threads) and the pool's env workers."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime + envs.worker_cpu_seconds()
 
 
 def _account_grad_records(

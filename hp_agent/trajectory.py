@@ -78,6 +78,9 @@ class Trajectory:
     multi_turn: played in a multi-turn env: each turn is one segment and hindsight shows
               the later turns, even when the episode ended after one turn.
     errored:  the episode failed for an infrastructure reason and is excluded from learning.
+    policy_version: the learner updates (training steps) applied to the weights that played
+              and scored it: the training step's own with ``trainer.off_policy_steps=0``,
+              the step's minus that many (after the first steps) with one-step-off training.
     """
 
     env: str
@@ -92,6 +95,7 @@ class Trajectory:
     multi_turn: bool = False
     errored: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    policy_version: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +105,11 @@ class Trajectory:
         data = dict(data)
         data["turns"] = [Turn(**turn) for turn in data.get("turns", [])]
         return cls(**data)
+
+
+def usable_indices(trajectories: list[Trajectory]) -> list[int]:
+    """The trajectories credit and the learner use: not errored, with an action token."""
+    return [k for k, t in enumerate(trajectories) if not t.errored and any(turn.action_ids for turn in t.turns)]
 
 
 @dataclass(frozen=True)

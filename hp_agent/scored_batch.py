@@ -1,0 +1,159 @@
+"""A training step's batch: its tasks played, then scored by the weights that played them.
+
+The trainer asks for step k's batch with a :class:`RolloutJob` and gets a
+:class:`ScoredBatch` back: the trajectories, their hindsight scores (HP-RLVR) or behaviour
+log-probs (GRPO's replay), and the credit viewer's views, all computed under one snapshot
+of the weights, whose version every trajectory records. Two sources serve jobs:
+
+* :class:`InlineRollouts` (``trainer.off_policy_steps=0``): in the trainer's process, when
+  the batch is asked for, on the learner's own weights (the synchronous loop);
+* :class:`hp_agent.async_rollout.RolloutProcess` (``trainer.off_policy_steps`` >= 1): in a
+  process of its own, that many steps ahead of the learner, on weights handed over
+  through shared memory after each update.
+
+Both run :func:`play_and_score`, so the two loops differ only in where and when it runs.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from hp_agent.config import ModelConfig, TrainConfig
+from hp_agent.credit_view import pick_for_view, scored_view
+from hp_agent.distributed import Ranks
+from hp_agent.envs.pool import EnvPool, make_env_pool
+from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories, unreplayed_scores
+from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.policies.lora import maybe_apply_lora
+from hp_agent.rollout import Episode, PhaseTimes, collect
+from hp_agent.trajectory import Trajectory, usable_indices
+
+
+@dataclass(frozen=True)
+class RolloutJob:
+    """What to play for training step ``step``: this rank's ``task_ids`` (G episodes each,
+    seeded from ``first_seed`` on), by the weights after ``version`` learner updates, with
+    credit views of ``views`` trajectories (0: none)."""
+
+    step: int
+    task_ids: list[str]
+    first_seed: int
+    version: int
+    views: int = 0
+
+
+@dataclass
+class ScoredBatch:
+    """One job's result. ``trajectories``: every episode, errored ones too (logged, never
+    trained); ``usable``: the indices of the kept ones (:func:`usable_indices`), which
+    ``scores`` follow one for one; ``views``: (index among the kept, view without credit);
+    ``version``: the learner updates applied to the weights that played and scored it;
+    ``times``: the seconds of each rollout-side phase."""
+
+    step: int
+    version: int
+    trajectories: list[Trajectory]
+    usable: list[int]
+    scores: list[TrajectoryScores]
+    views: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    times: PhaseTimes = field(default_factory=PhaseTimes)
+
+    @property
+    def kept(self) -> list[Trajectory]:
+        return [self.trajectories[k] for k in self.usable]
+
+
+def play_and_score(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, replay: bool,
+                   times: PhaseTimes | None = None) -> ScoredBatch:
+    """Play ``job`` with ``policy``, then score the usable trajectories with the same weights:
+    hindsight (HP-RLVR) or, with ``replay``, the behaviour log-probs alone; neither: the
+    learner's own pass stands for them (:func:`unreplayed_scores`). ``times`` collects the phases."""
+    times = times if times is not None else PhaseTimes()
+    rule, group_size = config.algo.rule, config.algo.rollouts_per_prompt
+    episodes = [Episode(task_id, group=g) for g, task_id in enumerate(job.task_ids) for _ in range(group_size)]
+    sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
+    trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
+                           seed=job.first_seed, times=times, chat_history=config.rollout.chat_history,
+                           truncated_invalid=config.rollout.truncated_turn == "invalid",
+                           constrain=config.rollout.constrain_to_admissible)
+    # vllm with model.vllm.sleep: free the engine's GPU memory (counted with the weight sync that wakes it)
+    times.add("time/weight_sync", policy.release_memory())
+    for trajectory in trajectories:
+        trajectory.policy_version = job.version
+    # Errored episodes (an env that raised, crashed or hung) go no further than the log.
+    usable = usable_indices(trajectories)
+    kept = [trajectories[k] for k in usable]
+    started = time.perf_counter()
+    scoring = ScoringOptions.from_config(config)
+    if rule.hindsight or replay:
+        scores = score_trajectories(policy, kept, scoring, with_hindsight=rule.hindsight)
+    else:
+        scores = unreplayed_scores(kept)
+    times.add("time/hindsight" if rule.hindsight else "time/replay", time.perf_counter() - started)
+    views = []
+    if job.views:
+        started = time.perf_counter()
+        views = [(pick, scored_view(policy, kept[pick], scores[pick].weights, scoring, config.trainer.view_top_k))
+                 for pick in pick_for_view(kept, job.views)]
+        times.add("time/views", time.perf_counter() - started)
+    return ScoredBatch(job.step, job.version, trajectories, usable, scores, views, times)
+
+
+def training_env_pool(config: TrainConfig, ranks: Ranks) -> EnvPool:
+    """The env slots one rank plays a step on: its share of the prompts, G episodes each."""
+    num_envs = config.trainer.prompts_per_step // ranks.world_size * config.algo.rollouts_per_prompt
+    return make_env_pool(config.env.name, num_envs=num_envs, num_workers=config.env.num_workers,
+                         env_kwargs=config.env.kwargs, step_timeout=config.env.step_timeout,
+                         reset_timeout=config.env.reset_timeout)
+
+
+def load_training_policy(model: ModelConfig, device: str) -> Policy:
+    """The policy ``model`` describes on ``device``, with its LoRA adapter where it has one."""
+    policy = load_policy(model.name, model.dtype, device, model.enable_thinking, backend=model.backend,
+                         prefix_cache_tokens=model.prefix_cache_tokens,
+                         backend_options=model.vllm.model_dump() if model.backend == "vllm" else None)
+    return maybe_apply_lora(policy, model)  # model.lora_rank > 0: train an adapter only (resumes one)
+
+
+def cpu_seconds(envs: EnvPool) -> float:
+    """CPU seconds used so far by this process (all threads) and the pool's env workers."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime + envs.worker_cpu_seconds()
+
+
+class InlineRollouts:
+    """The synchronous source: plays and scores a job in this process when its batch is
+    received, on the learner's own weights. ``replay``: whether the learner needs the
+    behaviour log-probs (:meth:`hp_agent.learner.Learner.needs_behaviour_logprobs`)."""
+
+    overlapped = False  # its phases run one after another with the learner's
+
+    def __init__(self, config: TrainConfig, ranks: Ranks):
+        self.config, self.envs = config, training_env_pool(config, ranks)
+        self.task_ids, self.answer_format = self.envs.task_ids(), self.envs.answer_format
+        self.policy: Policy | None = None
+        self.replay = True
+        self._jobs: deque[RolloutJob] = deque()
+
+    def start(self, policy: Policy, version: int, replay: bool) -> None:
+        self.policy, self.replay = policy, replay
+
+    def submit(self, job: RolloutJob) -> None:
+        self._jobs.append(job)
+
+    def receive(self) -> ScoredBatch:
+        return play_and_score(self.policy, self.envs, self.config, self._jobs.popleft(), self.replay)
+
+    def publish(self, version: int) -> float:
+        """vllm: copy the updated weights into the rollout engine; hf shares the learner's model (0 s)."""
+        return self.policy.sync_weights()
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.envs)
+
+    def close(self) -> None:
+        self.envs.close()
