@@ -101,6 +101,8 @@ bench: install
 	$(BIN)/python bench/train_step.py --max-new-tokens 128 --prompts 2
 	$(BIN)/python bench/train_step.py --learner-packing --env math --env-kwargs '{}' --max-new-tokens 64 --repeats 3
 	$(BIN)/python bench/env_workers.py --env alfworld --env-kwargs '{"split": "id"}' --num-envs 8 --rounds 20 --repeats 2
+	$(BIN)/python bench/off_policy.py --env keys --prompts 8 --steps 3
+	$(BIN)/python bench/off_policy.py --env alfworld --env-kwargs '{"split": "id", "max_steps": 8}' --prompts 2 --max-new-tokens 24 --steps 3
 	$(BIN)/python bench/code_verify.py
 	$(BIN)/python bench/model_size.py --repeats 2
 	$(BIN)/python bench/pretrained.py

@@ -67,13 +67,14 @@ class ScoredBatch:
         return [self.trajectories[k] for k in self.usable]
 
 
-def play_and_score(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, replay: bool,
+def play_and_score(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, hindsight: bool, replay: bool,
                    times: PhaseTimes | None = None) -> ScoredBatch:
     """Play ``job`` with ``policy``, then score the usable trajectories with the same weights:
-    hindsight (HP-RLVR) or, with ``replay``, the behaviour log-probs alone; neither: the
-    learner's own pass stands for them (:func:`unreplayed_scores`). ``times`` collects the phases."""
+    ``hindsight`` (the credit rule's, e.g. HP-RLVR) or, with ``replay``, the behaviour
+    log-probs alone; neither: the learner's own pass stands for them (:func:`unreplayed_scores`).
+    ``times`` collects the phases."""
     times = times if times is not None else PhaseTimes()
-    rule, group_size = config.algo.rule, config.algo.rollouts_per_prompt
+    group_size = config.algo.rollouts_per_prompt
     episodes = [Episode(task_id, group=g) for g, task_id in enumerate(job.task_ids) for _ in range(group_size)]
     sampling = SamplingParams(config.rollout.max_new_tokens, config.rollout.temperature, config.rollout.top_p)
     trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
@@ -89,11 +90,11 @@ def play_and_score(policy: Policy, envs: EnvPool, config: TrainConfig, job: Roll
     kept = [trajectories[k] for k in usable]
     started = time.perf_counter()
     scoring = ScoringOptions.from_config(config)
-    if rule.hindsight or replay:
-        scores = score_trajectories(policy, kept, scoring, with_hindsight=rule.hindsight)
+    if hindsight or replay:
+        scores = score_trajectories(policy, kept, scoring, with_hindsight=hindsight)
     else:
         scores = unreplayed_scores(kept)
-    times.add("time/hindsight" if rule.hindsight else "time/replay", time.perf_counter() - started)
+    times.add("time/hindsight" if hindsight else "time/replay", time.perf_counter() - started)
     views = []
     if job.views:
         started = time.perf_counter()
@@ -127,8 +128,9 @@ def cpu_seconds(envs: EnvPool) -> float:
 
 class InlineRollouts:
     """The synchronous source: plays and scores a job in this process when its batch is
-    received, on the learner's own weights. ``replay``: whether the learner needs the
-    behaviour log-probs (:meth:`hp_agent.learner.Learner.needs_behaviour_logprobs`)."""
+    received, on the learner's own weights. :meth:`start`'s ``hindsight``: whether the
+    credit rule scores hindsight; ``replay``: whether the learner needs the behaviour
+    log-probs (:meth:`hp_agent.learner.Learner.needs_behaviour_logprobs`)."""
 
     overlapped = False  # its phases run one after another with the learner's
 
@@ -136,17 +138,17 @@ class InlineRollouts:
         self.config, self.envs = config, training_env_pool(config, ranks)
         self.task_ids, self.answer_format = self.envs.task_ids(), self.envs.answer_format
         self.policy: Policy | None = None
-        self.replay = True
+        self.hindsight, self.replay = False, True
         self._jobs: deque[RolloutJob] = deque()
 
-    def start(self, policy: Policy, version: int, replay: bool) -> None:
-        self.policy, self.replay = policy, replay
+    def start(self, policy: Policy, version: int, hindsight: bool, replay: bool) -> None:
+        self.policy, self.hindsight, self.replay = policy, hindsight, replay
 
     def submit(self, job: RolloutJob) -> None:
         self._jobs.append(job)
 
     def receive(self) -> ScoredBatch:
-        return play_and_score(self.policy, self.envs, self.config, self._jobs.popleft(), self.replay)
+        return play_and_score(self.policy, self.envs, self.config, self._jobs.popleft(), self.hindsight, self.replay)
 
     def publish(self, version: int) -> float:
         """vllm: copy the updated weights into the rollout engine; hf shares the learner's model (0 s)."""

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,3 +36,14 @@ def test_train_step_bench_prints_the_learner_packing_ratios() -> None:
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "grpo batch: env=math model=tiny 1 prompts x G=2, 2 sequences" in done.stdout and "packed / padded: time" in done.stdout
+
+
+def test_off_policy_bench_prints_synchronous_against_one_step_off() -> None:
+    command = [sys.executable, "bench/off_policy.py", "--env", "keys", "--algos", "hp-rlvr", "--prompts", "2",
+               "--max-turns", "2", "--steps", "1", "--warmup", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["hp-rlvr_ratio"] == pytest.approx(result["hp-rlvr_sync_s"] / result["hp-rlvr_one_step_off_s"])
+    assert "hp-rlvr (G=1) env=keys model=tiny 2 prompts x G" in done.stdout and "one-step-off" in done.stdout

@@ -40,7 +40,7 @@ from filelock import FileLock
 import hp_agent
 from hp_agent.credit import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
 from hp_agent.credit_rules import CREDIT_RULES, register_credit
-from hp_agent.evaluation import improvement_p_value
+from hp_agent.evaluation import improvement_p_value, wilson_interval
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.sft import demonstration_sequences, supervised_warmup
 
@@ -175,9 +175,10 @@ def warm_start(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 # ---- training runs -------------------------------------------------------------------
 
 
-def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path) -> tuple[int, int]:
-    """Train from ``warm`` with the budget of ``algo`` (a flipped rule: its base's);
-    return the held-out (successes, episodes) after."""
+def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path, off_policy_steps: int = 0) -> tuple[int, int]:
+    """Train from ``warm`` with the budget of ``algo`` (a flipped rule: its base's),
+    ``off_policy_steps`` behind (``trainer.off_policy_steps``); return the held-out
+    (successes, episodes) after."""
     budget = BUDGETS[algo.removesuffix("-flipped")]
     config = {
         "env": {"name": env},
@@ -193,6 +194,7 @@ def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path) -
             "name": f"{env}-{algo}-{seed}",
             "save_trajectories": False,
             "checkpoint_every": budget.steps,
+            "off_policy_steps": off_policy_steps,
         },
     }
     summary = hp_agent.train(config, progress=False)
@@ -251,3 +253,23 @@ def test_flipped_credit_fails_the_criterion(warm_start, tmp_path: Path, env: str
     # Not only no gain: learning against the reward makes the policy worse (one-sided
     # test at the same level, any size of drop).
     assert improved(*after, *before[env], min_gain=0.0), message
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.parametrize("algo", ["hp-rlvr", "grpo", "hp-rlvr-flipped"])
+def test_one_step_off_learns_keys_as_the_synchronous_run_does(warm_start, tmp_path: Path, algo: str) -> None:
+    """trainer.off_policy_steps=1 (each batch generated and scored by the weights one update
+    older): held-out success passes the criterion and lies in the 95% interval of the
+    synchronous run's; the flipped control still fails."""
+    warm, before = warm_start
+    synchronous = train_and_score(warm, "keys", algo, 0, tmp_path / "synchronous")
+    one_step_off = train_and_score(warm, "keys", algo, 0, tmp_path / "one-step-off", off_policy_steps=1)
+    low, high = wilson_interval(*synchronous)
+    message = (f"keys {algo}: synchronous {_rates(before['keys'], synchronous)} [{low:.3f}, {high:.3f}]; "
+               f"one-step-off {_rates(before['keys'], one_step_off)}")
+    print(message)
+    if algo.endswith("-flipped"):
+        assert not improved(*before["keys"], *one_step_off), message
+    else:
+        assert improved(*before["keys"], *one_step_off) and low <= one_step_off[0] / one_step_off[1] <= high, message

@@ -22,6 +22,7 @@ from hp_agent.async_rollout import RolloutProcess
 from hp_agent.config import ConfigError, load_config
 from hp_agent.distributed import SINGLE
 from hp_agent.envs import make
+from hp_agent.errors import UserError
 from hp_agent.files import read_jsonl_records
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import load_policy
@@ -89,7 +90,7 @@ def test_the_rollout_process_scores_with_the_weights_handed_over(tmp_path):
     options = ScoringOptions.from_config(config)
     rollouts = RolloutProcess(config, SINGLE, config.model)
     try:
-        rollouts.start(policy, 0, replay=False)
+        rollouts.start(policy, 0, hindsight=True, replay=False)
         rollouts.submit(RolloutJob(0, rollouts.task_ids[:2], first_seed=0, version=0))
         first = rollouts.receive()
         before = {k: v.clone() for k, v in policy.model.state_dict().items()}
@@ -130,6 +131,12 @@ def test_a_bad_value_is_refused_naming_the_key(value):
 def test_one_step_off_with_the_vllm_backend_is_refused_naming_both_keys():
     with pytest.raises(ConfigError, match=r"trainer.off_policy_steps=1 needs model.backend=hf.*model.backend=vllm"):
         load_config(overrides=["trainer.off_policy_steps=1", "model.backend=vllm"])
+
+
+def test_an_error_in_the_rollout_process_is_raised_by_the_trainer(tmp_path):
+    config = {**_config(tmp_path, "broken", off_policy_steps=1), "env": {"name": "no-such-env"}}
+    with pytest.raises(UserError, match="unknown env 'no-such-env'"):
+        hp_agent.train(config, progress=False)
 
 
 def _children(pid: int) -> list[int]:
