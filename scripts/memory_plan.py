@@ -131,6 +131,13 @@ def activations(m: Shape, tokens: int, checkpointing: bool) -> int:
     return m.layers * 2 * m.hidden * tokens + layer + final_norm  # layer inputs + one layer recomputed
 
 
+def learner_mask(tokens: int) -> int:
+    """learner.packed (the default): the pass's boolean prefix-tree mask, [rows, width,
+    width] with rows x width <= tokens, so at most tokens^2 bytes (one row as wide as the
+    micro-batch); kept for backward with the attention inputs."""
+    return tokens * tokens
+
+
 def learner_logits(tokens: int) -> int:
     """Learner: chosen_logprobs keeps each chunk's fp32 logits for backward, so every action
     token of the micro-batch holds V x 4 bytes until backward (bound: all tokens are
@@ -160,7 +167,8 @@ def plan(m: Shape, weights: int, grads: int, adam: int, tokens: int = MICRO_TOKE
     p = counts(m)["total"]
     rollout = 2 * p + VLLM_KV_GB * GIB if backend == "vllm" else PREFIX_TOKENS * kv_bytes_per_token(m)
     parts = {"weights": weights, "grads": grads, "adam": adam,
-             "act": activations(m, tokens, False), "act_ckpt": activations(m, tokens, True),
+             "act": activations(m, tokens, False) + learner_mask(tokens),
+             "act_ckpt": activations(m, tokens, True) + learner_mask(tokens),
              "logits": learner_logits(tokens), "jsd": jsd_chunk(), "rollout": rollout}
     fixed = weights + grads + adam + rollout
     scoring = parts["jsd"] + scoring_forward(m)
