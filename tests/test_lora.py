@@ -175,12 +175,8 @@ def test_a_lora_run_from_the_command_line_saves_adapters_resumes_evaluates_and_m
     from typer.testing import CliRunner
 
     import hp_agent
-    import hp_agent.trainer as trainer
     from hp_agent.cli import app
 
-    if not hasattr(trainer, "maybe_apply_lora"):  # until the trainer makes the call itself, the same call here
-        load = trainer.load_policy
-        monkeypatch.setattr(trainer, "load_policy", lambda *args, **kwargs: maybe_apply_lora(load(*args, **kwargs), LORA))
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     arguments = ["train", "--env", "math", "--lora-rank", "4", "--steps", "2", "--name", "lora", "rollout.max_new_tokens=16",
