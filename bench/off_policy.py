@@ -12,9 +12,12 @@ nothing overlaps) and the last one (no next batch to play beside it) are left ou
 both runs, and the ``--steps`` between them averaged. Runs alternate (synchronous,
 one-step-off, ...) ``--repeats`` times so that load from other processes hits both alike,
 and the medians are printed with their ratio, synchronous / one-step-off (above 1: one-step-off is faster).
+A third run per algorithm is one-step-off with ``trainer.scoring_side=learner``: the rollout
+process only plays, and the learner scores each batch under the generating weights.
 
 The gain is bounded by the larger side: a step takes about max(rollout + scoring,
-learner) instead of their sum, so it is largest where the two are balanced. Credit views
+learner) instead of their sum (max(rollout, scoring + learner) with the learner scoring), so
+it is largest where the two are balanced. Credit views
 are off (``trainer.views_per_step=0``), as in ``hp-agent compare``.
 """
 
@@ -32,10 +35,12 @@ from hp_agent.files import read_jsonl_records
 ALGORITHMS = (("hp-rlvr", 1), ("grpo", 8))
 
 
+# (trainer.off_policy_steps, trainer.scoring_side): synchronous, one-step-off, one-step-off with the learner scoring
+VARIANTS = ((0, "rollout"), (1, "rollout"), (1, "learner"))
 ROLLOUT_SIDE = ("time/generation", "time/env_step", "time/hindsight", "time/replay")
 
 
-def seconds_per_step(algo: str, group: int, off_policy: int, args: argparse.Namespace, run_dir: Path,
+def seconds_per_step(algo: str, group: int, off_policy: int, scoring_side: str, args: argparse.Namespace, run_dir: Path,
                      name: str) -> dict[str, float]:
     """Means over the steps after the warm-up of one fresh run: ``time/total``, the rollout
     side's phases, ``time/train`` and the two waits."""
@@ -47,7 +52,7 @@ def seconds_per_step(algo: str, group: int, off_policy: int, args: argparse.Name
         "learner": {"lr": 1e-4},
         "trainer": {"steps": args.warmup + args.steps + 1, "prompts_per_step": args.prompts, "run_dir": str(run_dir),
                     "name": name, "save_trajectories": False, "checkpoint_every": 10**6, "views_per_step": 0,
-                    "off_policy_steps": off_policy},
+                    "off_policy_steps": off_policy, "scoring_side": scoring_side},
     }
     summary = hp_agent.train(config, progress=False)
     records = read_jsonl_records(summary.run_dir / "metrics.jsonl")[args.warmup:-1]
@@ -75,19 +80,24 @@ def main() -> None:
     result: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for algo, group in algos:
-            runs: dict[int, list[dict[str, float]]] = {0: [], 1: []}
+            runs: dict[tuple[int, str], list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
             for repeat in range(args.repeats):
-                for off_policy in (0, 1):
-                    runs[off_policy].append(seconds_per_step(algo, group, off_policy, args, Path(tmp),
-                                                             f"{algo}-{off_policy}-{repeat}"))
-            sync, async_ = ({key: statistics.median(run[key] for run in runs[off]) for key in runs[off][0]} for off in (0, 1))
-            ratio = sync["total"] / async_["total"]
-            result.update({f"{algo}_sync_s": sync["total"], f"{algo}_one_step_off_s": async_["total"], f"{algo}_ratio": ratio})
+                for off_policy, side in VARIANTS:
+                    runs[off_policy, side].append(seconds_per_step(algo, group, off_policy, side, args, Path(tmp),
+                                                                   f"{algo}-{off_policy}-{side}-{repeat}"))
+            sync, async_, learner = ({key: statistics.median(run[key] for run in runs[variant]) for key in runs[variant][0]}
+                                     for variant in VARIANTS)
+            ratio, learner_ratio = sync["total"] / async_["total"], sync["total"] / learner["total"]
+            result.update({f"{algo}_sync_s": sync["total"], f"{algo}_one_step_off_s": async_["total"], f"{algo}_ratio": ratio,
+                           f"{algo}_learner_scores_s": learner["total"], f"{algo}_learner_scores_ratio": learner_ratio})
             print(f"{algo} (G={group}) env={args.env} model={args.model} {args.prompts} prompts x G, "
                   f"{args.max_new_tokens} new tokens: synchronous {sync['total']:.2f} s/step (rollout and scoring "
                   f"{sync['rollout']:.2f}, train {sync['train']:.2f}), one-step-off {async_['total']:.2f} s/step (rollout "
                   f"and scoring {async_['rollout']:.2f}, train {async_['train']:.2f}, learner waiting "
-                  f"{async_['wait_rollout']:.2f}, rollout waiting {async_['wait_learner']:.2f}), ratio {ratio:.2f}x", flush=True)
+                  f"{async_['wait_rollout']:.2f}, rollout waiting {async_['wait_learner']:.2f}), ratio {ratio:.2f}x; "
+                  f"one-step-off with the learner scoring (trainer.scoring_side=learner) {learner['total']:.2f} s/step "
+                  f"(learner waiting {learner['wait_rollout']:.2f}, rollout waiting {learner['wait_learner']:.2f}), "
+                  f"ratio {learner_ratio:.2f}x", flush=True)
     print(json.dumps(result))
 
 

@@ -278,6 +278,14 @@ class TrainerConfig(_Section):
         "from); the weights are handed over through shared memory after each update. HP-RLVR's snapshot and GRPO's "
         "behaviour log-probs are the generating weights'. Backend hf only.",
     )
+    scoring_side: Literal["rollout", "learner"] = Field(
+        "rollout",
+        description="With off_policy_steps >= 1, which process scores a batch (hindsight, behaviour replay, credit views), "
+        "always under the weights that generated it. rollout: the rollout process, after playing. learner: the "
+        "trainer's process, on a copy of the model loaded with the generating weights from the shared-memory slot, "
+        "before the update; the rollout process only plays. Pick learner where rollout + scoring outweighs training "
+        "(HP-RLVR on a small model: docs/speed.md), at the memory of one more copy of the model. No effect at 0.",
+    )
 
 
 class TrainConfig(_Section):

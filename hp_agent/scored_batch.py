@@ -50,7 +50,7 @@ class RolloutJob:
 class ScoredBatch:
     """One job's result. ``trajectories``: every episode, errored ones too (logged, never
     trained); ``usable``: the indices of the kept ones (:func:`usable_indices`), which
-    ``scores`` follow one for one; ``views``: (index among the kept, view without credit);
+    ``scores`` follow one for one (empty until :func:`score` ran); ``views``: (index among the kept, view without credit);
     ``version``: the learner updates applied to the weights that played and scored it;
     ``times``: the seconds of each rollout-side phase."""
 
@@ -69,10 +69,16 @@ class ScoredBatch:
 
 def play_and_score(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, hindsight: bool, replay: bool,
                    times: PhaseTimes | None = None) -> ScoredBatch:
-    """Play ``job`` with ``policy``, then score the usable trajectories with the same weights:
-    ``hindsight`` (the credit rule's, e.g. HP-RLVR) or, with ``replay``, the behaviour
-    log-probs alone; neither: the learner's own pass stands for them (:func:`unreplayed_scores`).
+    """Play ``job`` with ``policy``, then score it with the same weights (:func:`score`).
     ``times`` collects the phases."""
+    batch = play(policy, envs, config, job, times)
+    score(policy, batch, config, job.views, hindsight, replay)
+    return batch
+
+
+def play(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, times: PhaseTimes | None = None) -> ScoredBatch:
+    """Play ``job`` with ``policy``: every episode, its trajectories stamped with the job's
+    weight version, not scored yet (``scores`` empty)."""
     times = times if times is not None else PhaseTimes()
     group_size = config.algo.rollouts_per_prompt
     episodes = [Episode(task_id, group=g) for g, task_id in enumerate(job.task_ids) for _ in range(group_size)]
@@ -86,22 +92,30 @@ def play_and_score(policy: Policy, envs: EnvPool, config: TrainConfig, job: Roll
     for trajectory in trajectories:
         trajectory.policy_version = job.version
     # Errored episodes (an env that raised, crashed or hung) go no further than the log.
-    usable = usable_indices(trajectories)
-    kept = [trajectories[k] for k in usable]
+    return ScoredBatch(job.step, job.version, trajectories, usable_indices(trajectories), [], times=times)
+
+
+def score(policy: Policy, batch: ScoredBatch, config: TrainConfig, views: int, hindsight: bool, replay: bool,
+          times: PhaseTimes | None = None) -> None:
+    """Score ``batch``'s usable trajectories with ``policy``, which must hold the weights that
+    played them: ``hindsight`` (the credit rule's, e.g. HP-RLVR) or, with ``replay``, the
+    behaviour log-probs alone; neither: the learner's own pass stands for them
+    (:func:`unreplayed_scores`). Then ``views`` credit views. The seconds go to ``times``
+    (default: the batch's own)."""
+    times = times if times is not None else batch.times
+    kept = batch.kept
     started = time.perf_counter()
     scoring = ScoringOptions.from_config(config)
     if hindsight or replay:
-        scores = score_trajectories(policy, kept, scoring, with_hindsight=hindsight)
+        batch.scores = score_trajectories(policy, kept, scoring, with_hindsight=hindsight)
     else:
-        scores = unreplayed_scores(kept)
+        batch.scores = unreplayed_scores(kept)
     times.add("time/hindsight" if hindsight else "time/replay", time.perf_counter() - started)
-    views = []
-    if job.views:
+    if views:
         started = time.perf_counter()
-        views = [(pick, scored_view(policy, kept[pick], scores[pick].weights, scoring, config.trainer.view_top_k))
-                 for pick in pick_for_view(kept, job.views)]
+        batch.views = [(pick, scored_view(policy, kept[pick], batch.scores[pick].weights, scoring, config.trainer.view_top_k))
+                       for pick in pick_for_view(kept, views)]
         times.add("time/views", time.perf_counter() - started)
-    return ScoredBatch(job.step, job.version, trajectories, usable, scores, views, times)
 
 
 def training_env_pool(config: TrainConfig, ranks: Ranks) -> EnvPool:
@@ -147,7 +161,8 @@ class InlineRollouts:
     def submit(self, job: RolloutJob) -> None:
         self._jobs.append(job)
 
-    def receive(self) -> ScoredBatch:
+    def receive(self, times: PhaseTimes) -> ScoredBatch:
+        """The next job's batch, played and scored now (its phases in the batch's ``times``)."""
         return play_and_score(self.policy, self.envs, self.config, self._jobs.popleft(), self.hindsight, self.replay)
 
     def publish(self, version: int) -> float:

@@ -46,4 +46,5 @@ def test_off_policy_bench_prints_synchronous_against_one_step_off() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["hp-rlvr_ratio"] == pytest.approx(result["hp-rlvr_sync_s"] / result["hp-rlvr_one_step_off_s"])
-    assert "hp-rlvr (G=1) env=keys model=tiny 2 prompts x G" in done.stdout and "one-step-off" in done.stdout
+    assert result["hp-rlvr_learner_scores_ratio"] == pytest.approx(result["hp-rlvr_sync_s"] / result["hp-rlvr_learner_scores_s"])
+    assert "hp-rlvr (G=1) env=keys model=tiny 2 prompts x G" in done.stdout and "with the learner scoring" in done.stdout

@@ -26,6 +26,7 @@ from hp_agent.errors import UserError
 from hp_agent.files import read_jsonl_records
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import load_policy
+from hp_agent.rollout import PhaseTimes
 from hp_agent.run_folder import latest_checkpoint
 from hp_agent.scored_batch import RolloutJob
 from hp_agent.trainer import TaskSampler
@@ -92,14 +93,14 @@ def test_the_rollout_process_scores_with_the_weights_handed_over(tmp_path):
     try:
         rollouts.start(policy, 0, hindsight=True, replay=False)
         rollouts.submit(RolloutJob(0, rollouts.task_ids[:2], first_seed=0, version=0))
-        first = rollouts.receive()
+        first = rollouts.receive(PhaseTimes())
         before = {k: v.clone() for k, v in policy.model.state_dict().items()}
         with torch.no_grad():
             for parameter in policy.model.parameters():
                 parameter.add_(0.05 * torch.randn_like(parameter))
         rollouts.publish(1)
         rollouts.submit(RolloutJob(1, rollouts.task_ids[:2], first_seed=0, version=1))
-        second = rollouts.receive()
+        second = rollouts.receive(PhaseTimes())
     finally:
         rollouts.close()
     assert (first.version, second.version) == (0, 1)
@@ -113,6 +114,27 @@ def test_the_rollout_process_scores_with_the_weights_handed_over(tmp_path):
     stale = score_trajectories(policy, second.kept, options, with_hindsight=True)
     assert not all(torch.allclose(a, b, atol=1e-3) for s, o in zip(second.scores, stale)
                    for a, b in zip(s.causal_logprobs, o.causal_logprobs))
+
+
+@pytest.mark.parametrize("algo", ["hp-rlvr", "grpo"])
+def test_scoring_in_the_learner_process_gives_the_same_run(tmp_path, algo):
+    """scoring_side=learner scores with the slot of the generating version in the trainer's
+    process: the same scores, credit, views and weights as the rollout process's scoring;
+    the rollout process's phases no longer hold the scoring."""
+    runs = {side: hp_agent.train(_config(tmp_path, side, algo, steps=3, off_policy_steps=1, scoring_side=side),
+                                 progress=False).run_dir for side in ("rollout", "learner")}
+    # equal up to float rounding: the same kernels, on another process's memory
+    learner, rollout = _learning(runs["learner"]), _learning(runs["rollout"])
+    assert [m.keys() for m in learner] == [m.keys() for m in rollout]
+    assert all(m[k] == pytest.approx(r[k], rel=1e-4, abs=1e-6) for m, r in zip(learner, rollout) for k in m)
+    one, other = _weights(runs["rollout"]), _weights(runs["learner"])
+    assert all(torch.allclose(one[k], other[k], atol=1e-4) for k in one)  # Adam: rounding-level gradients, lr-sized steps
+    views = {side: read_jsonl_records(run / "credit_views.jsonl") for side, run in runs.items()}
+    assert len(views["learner"]) == len(views["rollout"]) > 0
+    for mine, theirs in zip(views["learner"], views["rollout"]):
+        assert mine["step"] == theirs["step"] and mine.keys() == theirs.keys()
+    phase = "time/hindsight" if algo == "hp-rlvr" else "time/replay"
+    assert all(m[phase] > 0 for m in read_jsonl_records(runs["learner"] / "metrics.jsonl"))
 
 
 def test_two_steps_off_follows_the_same_rule(tmp_path):
