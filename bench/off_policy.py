@@ -12,8 +12,9 @@ nothing overlaps) and the last one (no next batch to play beside it) are left ou
 both runs, and the ``--steps`` between them averaged. Runs alternate (synchronous,
 one-step-off, ...) ``--repeats`` times so that load from other processes hits both alike,
 and the medians are printed with their ratio, synchronous / one-step-off (above 1: one-step-off is faster).
-A third run per algorithm is one-step-off with ``trainer.scoring_side=learner``: the rollout
-process only plays, and the learner scores each batch under the generating weights.
+A third run per algorithm is one-step-off with ``trainer.learner_scoring_share`` (``--share``):
+the learner's process scores that share of each batch under the generating weights, the
+rollout process the rest.
 
 The gain is bounded by the larger side: a step takes about max(rollout + scoring,
 learner) instead of their sum (max(rollout, scoring + learner) with the learner scoring), so
@@ -35,12 +36,12 @@ from hp_agent.files import read_jsonl_records
 ALGORITHMS = (("hp-rlvr", 1), ("grpo", 8))
 
 
-# (trainer.off_policy_steps, trainer.scoring_side): synchronous, one-step-off, one-step-off with the learner scoring
-VARIANTS = ((0, "rollout"), (1, "rollout"), (1, "learner"))
+# (trainer.off_policy_steps, learner scores --share): synchronous, one-step-off, one-step-off with the learner scoring
+VARIANTS = ((0, False), (1, False), (1, True))
 ROLLOUT_SIDE = ("time/generation", "time/env_step", "time/hindsight", "time/replay")
 
 
-def seconds_per_step(algo: str, group: int, off_policy: int, scoring_side: str, args: argparse.Namespace, run_dir: Path,
+def seconds_per_step(algo: str, group: int, off_policy: int, learner_scores: bool, args: argparse.Namespace, run_dir: Path,
                      name: str) -> dict[str, float]:
     """Means over the steps after the warm-up of one fresh run: ``time/total``, the rollout
     side's phases, ``time/train`` and the two waits."""
@@ -52,7 +53,8 @@ def seconds_per_step(algo: str, group: int, off_policy: int, scoring_side: str, 
         "learner": {"lr": 1e-4},
         "trainer": {"steps": args.warmup + args.steps + 1, "prompts_per_step": args.prompts, "run_dir": str(run_dir),
                     "name": name, "save_trajectories": False, "checkpoint_every": 10**6, "views_per_step": 0,
-                    "off_policy_steps": off_policy, "scoring_side": scoring_side},
+                    "off_policy_steps": off_policy,
+                    "learner_scoring_share": args.share if learner_scores else 0.0},
     }
     summary = hp_agent.train(config, progress=False)
     records = read_jsonl_records(summary.run_dir / "metrics.jsonl")[args.warmup:-1]
@@ -75,16 +77,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="measured steps per run")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--share", type=float, default=0.5, help="trainer.learner_scoring_share of the third run")
     args = parser.parse_args()
     algos = [(algo, group) for algo, group in ALGORITHMS if algo in args.algos.split(",")]
     result: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for algo, group in algos:
-            runs: dict[tuple[int, str], list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
+            runs: dict[tuple[int, bool], list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
             for repeat in range(args.repeats):
-                for off_policy, side in VARIANTS:
-                    runs[off_policy, side].append(seconds_per_step(algo, group, off_policy, side, args, Path(tmp),
-                                                                   f"{algo}-{off_policy}-{side}-{repeat}"))
+                for off_policy, learner_scores in VARIANTS:
+                    runs[off_policy, learner_scores].append(seconds_per_step(algo, group, off_policy, learner_scores, args,
+                                                                             Path(tmp), f"{algo}-{off_policy}-{learner_scores}-{repeat}"))
             sync, async_, learner = ({key: statistics.median(run[key] for run in runs[variant]) for key in runs[variant][0]}
                                      for variant in VARIANTS)
             ratio, learner_ratio = sync["total"] / async_["total"], sync["total"] / learner["total"]
@@ -95,7 +98,7 @@ def main() -> None:
                   f"{sync['rollout']:.2f}, train {sync['train']:.2f}), one-step-off {async_['total']:.2f} s/step (rollout "
                   f"and scoring {async_['rollout']:.2f}, train {async_['train']:.2f}, learner waiting "
                   f"{async_['wait_rollout']:.2f}, rollout waiting {async_['wait_learner']:.2f}), ratio {ratio:.2f}x; "
-                  f"one-step-off with the learner scoring (trainer.scoring_side=learner) {learner['total']:.2f} s/step "
+                  f"one-step-off with the learner scoring {args.share:g} of each batch {learner['total']:.2f} s/step "
                   f"(learner waiting {learner['wait_rollout']:.2f}, rollout waiting {learner['wait_learner']:.2f}), "
                   f"ratio {learner_ratio:.2f}x", flush=True)
     print(json.dumps(result))

@@ -278,13 +278,13 @@ class TrainerConfig(_Section):
         "from); the weights are handed over through shared memory after each update. HP-RLVR's snapshot and GRPO's "
         "behaviour log-probs are the generating weights'. Backend hf only.",
     )
-    scoring_side: Literal["rollout", "learner"] = Field(
-        "rollout",
-        description="With off_policy_steps >= 1, which process scores a batch (hindsight, behaviour replay, credit views), "
-        "always under the weights that generated it. rollout: the rollout process, after playing. learner: the "
-        "trainer's process, on a copy of the model loaded with the generating weights from the shared-memory slot, "
-        "before the update; the rollout process only plays. Pick learner where rollout + scoring outweighs training "
-        "(HP-RLVR on a small model: docs/speed.md), at the memory of one more copy of the model. No effect at 0.",
+    learner_scoring_share: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="With off_policy_steps >= 1, the share of each batch's trajectories (hindsight or behaviour replay) "
+        "the trainer's process scores, before the update, on a copy of the model loaded with the generating weights from "
+        "the shared-memory slot; the rollout process scores the rest after playing. 0: the rollout process scores all; "
+        "1: it only plays. Raise it where rollout + scoring outweighs training (HP-RLVR on a small model: "
+        "docs/speed.md); any share above 0 costs one more copy of the model. No effect at off_policy_steps=0.",
     )
 
 

@@ -69,10 +69,11 @@ class ScoredBatch:
 
 def play_and_score(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, hindsight: bool, replay: bool,
                    times: PhaseTimes | None = None) -> ScoredBatch:
-    """Play ``job`` with ``policy``, then score it with the same weights (:func:`score`).
-    ``times`` collects the phases."""
+    """Play ``job`` with ``policy``, then score it and take its credit views with the same
+    weights. ``times`` collects the phases."""
     batch = play(policy, envs, config, job, times)
-    score(policy, batch, config, job.views, hindsight, replay)
+    score(policy, batch, config, hindsight, replay)
+    add_views(policy, batch, config, job.views)
     return batch
 
 
@@ -95,27 +96,37 @@ def play(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, ti
     return ScoredBatch(job.step, job.version, trajectories, usable_indices(trajectories), [], times=times)
 
 
-def score(policy: Policy, batch: ScoredBatch, config: TrainConfig, views: int, hindsight: bool, replay: bool,
-          times: PhaseTimes | None = None) -> None:
-    """Score ``batch``'s usable trajectories with ``policy``, which must hold the weights that
-    played them: ``hindsight`` (the credit rule's, e.g. HP-RLVR) or, with ``replay``, the
-    behaviour log-probs alone; neither: the learner's own pass stands for them
-    (:func:`unreplayed_scores`). Then ``views`` credit views. The seconds go to ``times``
-    (default: the batch's own)."""
+def score(policy: Policy, batch: ScoredBatch, config: TrainConfig, hindsight: bool, replay: bool,
+          times: PhaseTimes | None = None, count: int | None = None) -> None:
+    """Score the next ``count`` (default: all the rest) of ``batch``'s usable trajectories not
+    scored yet with ``policy``, which must hold the weights that played them: ``hindsight``
+    (the credit rule's, e.g. HP-RLVR) or, with ``replay``, the behaviour log-probs alone;
+    neither: the learner's own pass stands for them (:func:`unreplayed_scores`). The
+    seconds go to ``times`` (default: the batch's own)."""
     times = times if times is not None else batch.times
-    kept = batch.kept
+    done = len(batch.scores)
+    todo = batch.kept[done:] if count is None else batch.kept[done:done + count]
+    if not todo:
+        return
     started = time.perf_counter()
-    scoring = ScoringOptions.from_config(config)
     if hindsight or replay:
-        batch.scores = score_trajectories(policy, kept, scoring, with_hindsight=hindsight)
+        batch.scores += score_trajectories(policy, todo, ScoringOptions.from_config(config), with_hindsight=hindsight)
     else:
-        batch.scores = unreplayed_scores(kept)
+        batch.scores += unreplayed_scores(todo)
     times.add("time/hindsight" if hindsight else "time/replay", time.perf_counter() - started)
-    if views:
-        started = time.perf_counter()
-        batch.views = [(pick, scored_view(policy, kept[pick], batch.scores[pick].weights, scoring, config.trainer.view_top_k))
-                       for pick in pick_for_view(kept, views)]
-        times.add("time/views", time.perf_counter() - started)
+
+
+def add_views(policy: Policy, batch: ScoredBatch, config: TrainConfig, views: int, times: PhaseTimes | None = None) -> None:
+    """``views`` credit views of the scored ``batch``, taken with ``policy`` (the weights
+    that played it); their credit is filled in by the learner."""
+    if not views:
+        return
+    times = times if times is not None else batch.times
+    started = time.perf_counter()
+    kept, scoring = batch.kept, ScoringOptions.from_config(config)
+    batch.views = [(pick, scored_view(policy, kept[pick], batch.scores[pick].weights, scoring, config.trainer.view_top_k))
+                   for pick in pick_for_view(kept, views)]
+    times.add("time/views", time.perf_counter() - started)
 
 
 def training_env_pool(config: TrainConfig, ranks: Ranks) -> EnvPool:

@@ -328,10 +328,10 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
             # 1. rollout and 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the
             # snapshot that generated: played here now (synchronous), or by the rollout process while
             # the learner trained on the step before (one-step-off, then scored by the rollout process or,
-            # with trainer.scoring_side=learner, here), which plays step + k's batch next.
+            # with trainer.learner_scoring_share, partly here), which plays step + k's batch next.
             if step + off_policy < config.trainer.steps:
                 submit(step + off_policy)
-            batch = rollouts.receive(times)  # one-step-off: the wait for it (and scoring_side=learner's scoring) in times
+            batch = rollouts.receive(times)  # one-step-off: the wait for it (and the learner's share of the scoring) in times
             _check_batch(batch, step, max(step - off_policy, first_step))
             kept = batch.kept
             slots = [ranks.rank * len(batch.trajectories) + k for k in batch.usable]  # places in the global order
