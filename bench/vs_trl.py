@@ -3,18 +3,20 @@
     make bench-trl        # builds .venv-trl (trl with the CPU torch), then runs this
     .venv-trl/bin/python bench/vs_trl.py [--prompts 4 --group 8 --max-new-tokens 64 --steps 6 --repeats 2]
 
-Three runs, each in its own process with one torch thread, alternated ``--repeats``
+Four runs, each in its own process with one torch thread, alternated ``--repeats``
 times so that the machine's load hits them alike:
 
 * ``trl``: TRL's ``GRPOTrainer`` (transformers ``generate`` on transformers' ``sdpa``
   attention, ``beta=0`` so no reference model, one optimizer step per generation batch,
-  no gradient checkpointing);
+  no gradient checkpointing), on our prompts' token ids;
+* ``trl-own``: the same on TRL's own default for a conversational dataset, the question
+  as the one user message (no system prompt), as a TRL user would start: the second row;
 * ``grpo``: ``hp_agent.train`` with GRPO, G rollouts per prompt;
 * ``hp-rlvr``: ``hp_agent.train`` with HP-RLVR, one rollout per prompt.
 
-All three train the same model (the embedded tiny Qwen3) on the same math prompts, in
-the same order, rendered to the same token ids (checked: the script stops if TRL's chat
-template gives other ids), with the same sampling (temperature 1, no top-p, no top-k),
+All train the same model (the embedded tiny Qwen3) on the same math prompts, in
+the same order, rendered to the same token ids in the first row (checked: the script stops
+if TRL's chat template gives other ids), with the same sampling (temperature 1, no top-p, no top-k),
 completion cap, learning rate and one optimizer step per step. Step times are medians
 over steps 2..N (the first step pays one-off costs). What cannot be equalled is printed
 with the table.
@@ -45,7 +47,7 @@ def _tasks(prompts: int, steps: int) -> list[str]:
     return [task for _ in range(steps) for task in sampler.take(prompts)]
 
 
-def _run_trl(args: argparse.Namespace, out: Path) -> dict:
+def _run_trl(args: argparse.Namespace, out: Path, own_prompts: bool = False) -> dict:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -61,8 +63,8 @@ def _run_trl(args: argparse.Namespace, out: Path) -> dict:
     rows = []
     for task_id in _tasks(args.prompts, args.steps):
         observation, _ = env.reset(options={"task_id": task_id})
-        rows.append({"prompt": prompt_messages(env, observation), "answer": env.reference_answer(task_id),
-                     "ids": policy.render(prompt_messages(env, observation))})
+        messages = [{"role": "user", "content": observation}] if own_prompts else prompt_messages(env, observation)
+        rows.append({"prompt": messages, "answer": env.reference_answer(task_id), "ids": policy.render(messages)})
     rendered = [policy.tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True,
                                                      enable_thinking=False, return_dict=False) for r in rows]
     if [list(ids) for ids in rendered] != [r["ids"] for r in rows]:
@@ -138,7 +140,10 @@ def _run_ours(args: argparse.Namespace, algo: str, out: Path) -> dict:
 
 def _one(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        result = _run_trl(args, Path(folder)) if args.one == "trl" else _run_ours(args, args.one, Path(folder))
+        if args.one.startswith("trl"):
+            result = _run_trl(args, Path(folder), own_prompts=args.one == "trl-own")
+        else:
+            result = _run_ours(args, args.one, Path(folder))
     print("RESULT " + json.dumps(result))
 
 
@@ -153,11 +158,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--one", choices=["trl", "grpo", "hp-rlvr"], help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=["trl", "trl-own", "grpo", "hp-rlvr"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         return _one(args)
-    runs: dict[str, list[dict]] = {"trl": [], "grpo": [], "hp-rlvr": []}
+    runs: dict[str, list[dict]] = {"trl": [], "trl-own": [], "grpo": [], "hp-rlvr": []}
     for _ in range(args.repeats):
         for name in runs:
             command = [sys.executable, __file__, "--one", name, "--prompts", str(args.prompts), "--group", str(args.group),
@@ -182,15 +187,18 @@ def main() -> None:
         print(f"| {name} | {' / '.join(f'{s:.2f}' for s in step)} | {' / '.join(f'{g:.2f}' for g in generation)} | "
               f"{statistics.median(tokens):.0f} | {' / '.join(f'{t / s:.0f}' for t, s in zip(tokens, step))} | "
               f"{statistics.mean(r['prompt_tokens'] for r in results):.1f} |")
-    pairs = [(_median_after_first(g["step_s"]) / _median_after_first(t["step_s"]),
-              _median_after_first(h["step_s"]) / _median_after_first(t["step_s"]))
-             for t, g, h in zip(runs["trl"], runs["grpo"], runs["hp-rlvr"])]
-    print("per alternated round, our GRPO / TRL: " + ", ".join(f"{g:.2f}x" for g, _ in pairs)
-          + "; our HP-RLVR / TRL's GRPO: " + ", ".join(f"{h:.2f}x" for _, h in pairs))
-    trl, grpo, hp = summary["trl"], summary["grpo"], summary["hp-rlvr"]
-    per_token = (grpo["step"] / grpo["tokens"]) / (trl["step"] / trl["tokens"])
-    print(f"ratios of the medians: our GRPO step / TRL's = {grpo['step'] / trl['step']:.2f}x (target <= 1.0); per generated token "
-          f"{per_token:.2f}x; our HP-RLVR step / TRL's GRPO step = {hp['step'] / trl['step']:.2f}x (target <= 0.4); "
+    rounds = [(_median_after_first(t["step_s"]) / _median_after_first(g["step_s"]),
+               _median_after_first(o["step_s"]) / _median_after_first(g["step_s"]),
+               _median_after_first(t["step_s"]) / _median_after_first(h["step_s"]))
+              for t, o, g, h in zip(runs["trl"], runs["trl-own"], runs["grpo"], runs["hp-rlvr"])]
+    print("per alternated round, TRL's GRPO step / ours, identical ids: " + ", ".join(f"{r[0]:.2f}x" for r in rounds)
+          + "; TRL on its own default prompts / ours: " + ", ".join(f"{r[1]:.2f}x" for r in rounds)
+          + "; TRL's GRPO / our HP-RLVR: " + ", ".join(f"{r[2]:.2f}x" for r in rounds))
+    trl, own, grpo, hp = summary["trl"], summary["trl-own"], summary["grpo"], summary["hp-rlvr"]
+    per_token = (trl["step"] / trl["tokens"]) / (grpo["step"] / grpo["tokens"])
+    print(f"ratios of the medians, TRL's GRPO step / our GRPO step: identical ids {trl['step'] / grpo['step']:.2f}x "
+          f"(target >= 1.5), per generated token {per_token:.2f}x; each on its own default prompts "
+          f"{own['step'] / grpo['step']:.2f}x; TRL's GRPO step / our HP-RLVR step = {trl['step'] / hp['step']:.2f}x; "
           f"generation tokens/s ours / TRL's = "
           f"{(grpo['tokens'] / grpo['generation']) / (trl['tokens'] / trl['generation']):.2f}x (target >= 1.0)")
     print("our phases (median s/step): " + "; ".join(

@@ -197,6 +197,21 @@ def setups(m: Shape) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+def one_step_off(m: Shape, weights: int, grads: int, adam: int, trained: int, share: float) -> dict[str, float]:
+    """trainer.off_policy_steps=1 with the hf backend, one rank's GPU (GiB): the learner's
+    process (the colocated hf plan without its rollout share, plus, with
+    learner_scoring_share > 0, the scoring copy of the model in bf16 and its scoring phase
+    after the update's), and the rollout process on the same GPU (a bf16 copy, its prefix
+    cache, and the scoring phase where it scores). Host: two shared-memory slots of the
+    trained weights (``trained`` bytes each)."""
+    p = counts(m)["total"]
+    learner_phase = activations(m, MICRO_TOKENS, True) + learner_mask(MICRO_TOKENS) + learner_logits(MICRO_TOKENS)
+    scoring = jsd_chunk() + scoring_forward(m)
+    learner = weights + grads + adam + (2 * p + max(learner_phase, scoring) if share > 0 else learner_phase)
+    rollout = 2 * p + PREFIX_TOKENS * kv_bytes_per_token(m) + (scoring if share < 1 else 0)
+    return {"learner": learner / GIB, "rollout": rollout / GIB, "gpu": (learner + rollout) / GIB, "host": 2 * trained / GIB}
+
+
 def main() -> None:
     print(f"toolkit defaults: learner.micro_batch_tokens={MICRO_TOKENS}, hindsight.jsd_chunk_tokens={JSD_CHUNK}, "
           f"hindsight.score_batch_tokens={SCORE_TOKENS}, model.prefix_cache_tokens={PREFIX_TOKENS}, "
@@ -239,6 +254,22 @@ def main() -> None:
         need = m.max_positions * kv_bytes_per_token(m) / GIB
         print(f"  {m.name}: {need:.2f} GiB for {m.max_positions:,} tokens; {VLLM_KV_GB:g} GiB holds "
               f"{int(VLLM_KV_GB * GIB // kv_bytes_per_token(m)):,} tokens")
+    print()
+    print(f"One-step-off (trainer.off_policy_steps=1, model.backend=hf, micro-batch {MICRO_TOKENS} tokens, activation "
+          "checkpointing): GiB on one rank's GPU, learner process + rollout process, and host GiB for the two "
+          "weight slots; colocated hf for comparison:")
+    print()
+    print("| model | setup | colocated hf | one-step-off, share 0: learner + rollout = GPU | share 0.5 | host slots |")
+    print("|---|---|---|---|---|---|")
+    for m in QWEN3:
+        p, a = counts(m)["total"], lora_params(m, LORA_RANKS[0])
+        bf16, lora = list(setups(m).items())[0], list(setups(m).items())[3]
+        for (label, (w, g, adam)), trained in ((bf16, 2 * p), (lora, 4 * a)):
+            colocated = plan(m, w, g, adam, backend="hf")["total_ckpt"]
+            zero, half = one_step_off(m, w, g, adam, trained, 0.0), one_step_off(m, w, g, adam, trained, 0.5)
+            print(f"| {m.name} | {label.split(',')[0]} | {colocated:.1f} | {zero['learner']:.1f} + {zero['rollout']:.1f} = "
+                  f"{zero['gpu']:.1f} | {half['learner']:.1f} + {half['rollout']:.1f} = {half['gpu']:.1f} | {zero['host']:.2f} |")
+    print()
     print("scoring phase extra (JSD chunk + no-grad forward of score_batch_tokens): "
           + ", ".join(f"{m.name} {(jsd_chunk() + scoring_forward(m)) / GIB:.1f}" for m in QWEN3) + " GiB")
 

@@ -211,15 +211,28 @@ def _status(pid: int) -> str:
         return "zombie"
 
 
-@pytest.mark.parametrize("parallel", ["ddp", pytest.param("fsdp2", marks=pytest.mark.exhaustive)])
-def test_two_ranks_each_with_a_rollout_process(tmp_path, parallel):
-    """Each rank hands its weights (FSDP2: the full ones, gathered) to a rollout process of its own."""
+@pytest.mark.parametrize("parallel, share", [("ddp", 0.0), pytest.param("fsdp2", 0.5, marks=pytest.mark.exhaustive)])
+def test_two_ranks_each_with_a_rollout_process(tmp_path, parallel, share):
+    """Each rank hands its weights (FSDP2: the full ones, gathered) to a rollout process of its
+    own (and, with a learner scoring share, to its own scoring copy)."""
     command = [sys.executable, "-m", "hp_agent", "train", "--nproc", "2", "--env", "keys", "--steps", "3",
                f"trainer.run_dir={tmp_path}", "trainer.name=ddp", "trainer.prompts_per_step=4", "trainer.views_per_step=0",
                "rollout.max_new_tokens=5", "rollout.max_turns=3", "learner.lr=1e-3", "trainer.off_policy_steps=1",
-               f"learner.parallel={parallel}"]
+               f"learner.parallel={parallel}", f"trainer.learner_scoring_share={share}"]
     done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     trajectories = read_jsonl_records(tmp_path / "ddp" / "trajectories.jsonl")
     assert [(t["step"], t["policy_version"]) for t in trajectories] == [(0, 0)] * 4 + [(1, 0)] * 4 + [(2, 1)] * 4
     assert [m["async/staleness"] for m in read_jsonl_records(tmp_path / "ddp" / "metrics.jsonl")] == [0.0, 1.0, 1.0]
+
+
+def test_the_gpu_checks_one_step_off_settings_run_on_cpu(tmp_path):
+    """scripts/gpu_check.sh's one-step-off run (LoRA r=16, activation checkpointing, the
+    learner scoring half) on the tiny model: the adapter's weights are what cross the slots."""
+    config = _config(tmp_path, "gpu", steps=3, off_policy_steps=1, learner_scoring_share=0.5)
+    config["model"] = {"lora_rank": 16}
+    config["learner"]["activation_checkpointing"] = True
+    run = hp_agent.train(config, progress=False).run_dir
+    trajectories = read_jsonl_records(run / "trajectories.jsonl")
+    assert [(t["step"], t["policy_version"]) for t in trajectories] == [(0, 0)] * 2 + [(1, 0)] * 2 + [(2, 1)] * 2
+    assert (latest_checkpoint(run) / "model" / "adapter_model.safetensors").is_file()
