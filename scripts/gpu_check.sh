@@ -50,7 +50,7 @@ done
 import json, sys
 from pathlib import Path
 runs, backend, size = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-print(f"Qwen3-{size} (random init), LoRA r=16, bf16 autocast, activation checkpointing, backend {backend}, 8 prompts")
+print(f"Qwen3-{size} (random init), LoRA r=16, bf16 autocast, activation checkpointing, backend {backend} (hp-rlvr-off: hf, one-step-off, learner scoring half), 8 prompts")
 for algo in ("hp-rlvr", "grpo", "hp-rlvr-off"):
     metrics = [json.loads(line) for line in (runs / algo / "metrics.jsonl").read_text().splitlines()][-1]
     phases = {k.removeprefix("time/"): round(v, 2) for k, v in metrics.items() if k.startswith("time/")}
