@@ -207,6 +207,7 @@ def compare(
     eval_samples: Optional[int] = typer.Option(None, help="Samples per task (default: alfworld 1, math 4, code 8)."),
     eval_max_turns: Optional[int] = typer.Option(None, help="A model's most turns per evaluation episode."),
     eval_greedy: Optional[bool] = typer.Option(None, "--eval-greedy", help="Evaluate greedily (default: sample at the rollout temperature)."),
+    eval_workers: Optional[int] = typer.Option(None, help="Copies of the model evaluating in parallel (default 1)."),
 ) -> None:
     """HP-RLVR (G=1) against GRPO (G=8) from the same model and seed, evaluated at 25/50/75/100% of the steps (resumable)."""
     _quiet_libraries()
@@ -215,7 +216,7 @@ def compare(
 
     settings = load_compare_config(config, env=env, steps=steps, out=out, eval_limit=eval_limit,
                                    eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
-                                   overrides=overrides)
+                                   eval_workers=eval_workers, overrides=overrides)
     summary = run_compare(settings)
     console.print((settings.out / "report.md").read_text())
     console.print(f"summary, report and figures written to {settings.out}")

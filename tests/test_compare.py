@@ -126,3 +126,17 @@ def test_compare_evaluates_as_training_rolls_out(tmp_path, _private_cache):
         results = [json.loads(config.start_eval_path(split).read_text()) for split, _ in config.eval_plan()]
         invalid[restricted] = max(result["invalid_fraction"] for result in results)
     assert invalid[False] > 0.5 and invalid[True] == 0.0
+
+
+def test_compare_evaluates_in_worker_processes_as_in_one(tmp_path, monkeypatch, _private_cache):
+    """``eval_workers`` splits an evaluation over copies of the model: played greedily, the
+    split and the one-process evaluation score every episode alike."""
+    results, asked = [], []
+    evaluate = compare.evaluate
+    monkeypatch.setattr(compare, "evaluate", lambda **kwargs: asked.append(kwargs["workers"]) or evaluate(**kwargs))
+    for workers in (1, 2):
+        config = load_compare_config(None, env="fetch", steps=1, out=tmp_path / f"workers-{workers}", eval_limit=9,
+                                     eval_greedy=True, eval_workers=workers, overrides=["rollout.max_new_tokens=8"])
+        compare._evaluate_at(config, None, 0, progress=False)
+        results.append([json.loads(config.start_eval_path(split).read_text()) for split, _ in config.eval_plan()])
+    assert asked == [1] * len(results[0]) + [2] * len(results[1]) and results[0] == results[1]

@@ -95,7 +95,7 @@ def _evaluate_at(config: CompareConfig, method: str | None, step: int, progress:
             raise FileNotFoundError(f"no checkpoint of {method} at step {step} ({model}) to evaluate")
         evaluate(env=config.env, model=model, split=split, samples=samples, limit=config.eval_limit,
                  env_kwargs=_eval_env_kwargs(train_config), sampling=sampling, seed=train_config.trainer.seed,
-                 max_turns=config.eval_max_turns, output=output, progress=progress,
+                 max_turns=config.eval_max_turns, output=output, progress=progress, workers=config.eval_workers,
                  constrain=train_config.rollout.constrain_to_admissible,
                  chat_history=train_config.rollout.chat_history)
 

@@ -37,6 +37,8 @@ class CompareConfig(BaseModel):
     eval_limit: int | None = Field(None, ge=1, description="Only the first N tasks of each split (default: all).")
     eval_max_turns: int | None = Field(None, ge=1, description="A model's most turns per evaluation episode (default: the env's).")
     eval_greedy: bool = Field(False, description="Greedy evaluation instead of sampling at the rollout temperature.")
+    eval_workers: int = Field(1, ge=1, description="Copies of the model evaluating in parallel, each a share of the episodes "
+                              "(sampled results repeat for the same count, as `hp-agent eval --workers` says).")
     overrides: list[str] = Field(default_factory=list, description="Dotted train-config overrides for both methods.")
 
     @field_validator("eval_fractions")
