@@ -8,6 +8,7 @@ import json
 import pytest
 
 import hp_agent.reports.compare as compare
+import hp_agent.reports.compare_report as compare_report
 from hp_agent.config import ConfigError
 from hp_agent.reports.compare import run_compare
 from hp_agent.reports.compare_config import CompareConfig, load_compare_config
@@ -99,7 +100,7 @@ def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkey
     assert summary["start"]["test success"]["value"] == pytest.approx(start["avg_at_k"])
 
     report = (out / "report.md").read_text()
-    for heading in ("Table 1", "Table 2", "Table 3", "Table 5", "Every evaluation", "| metric | start | hp-rlvr | grpo |",
+    for heading in ("Table 1", "Table 2", "Table 3", "Table 5", "Every evaluation", "One-sided p of a gain", "| metric | start | hp-rlvr | grpo |",
                     "| start | 0 | 0.0 |"):
         assert heading in report
     for figure in ("score_vs_time.png", "zero_grad.png", "phases.png"):
@@ -140,3 +141,14 @@ def test_compare_evaluates_in_worker_processes_as_in_one(tmp_path, monkeypatch, 
         compare._evaluate_at(config, None, 0, progress=False)
         results.append([json.loads(config.start_eval_path(split).read_text()) for split, _ in config.eval_plan()])
     assert asked == [1] * len(results[0]) + [2] * len(results[1]) and results[0] == results[1]
+
+
+def test_the_gain_over_the_start_is_one_sided():
+    """More wins than the start give p < 0.5, fewer p > 0.5, and the two mirror each other;
+    a score without an interval (Pass@k) is not tested."""
+    start = {"id success": {"value": 0.1, "ci95": [0.05, 0.2], "tasks": 140},
+             "test Pass@4": {"value": 0.5, "ci95": None, "tasks": 140}}
+    better = compare_report.gain_p_values(start, {**start, "id success": {**start["id success"], "value": 0.2}})
+    worse = compare_report.gain_p_values({"id success": {**start["id success"], "value": 0.2}}, start)
+    assert list(better) == ["id success"] and better["id success"] < 0.05
+    assert worse["id success"] == pytest.approx(1 - better["id success"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hp_agent.evaluation import improvement_p_value
 from hp_agent.files import atomic_file, atomic_write_text, read_jsonl_records
 from hp_agent.reports.compare_config import CompareConfig, read_evaluations, read_start_evaluation
 
@@ -76,11 +77,20 @@ def summarize_method(config: CompareConfig, method: str) -> dict[str, Any]:
     }
 
 
+def gain_p_values(start: dict[str, dict[str, Any]], last: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Metric -> one-sided p of "no gain over the start" (tasks as the trials, as the intervals count them)."""
+    return {name: improvement_p_value(start[name]["value"] * start[name]["tasks"], start[name]["tasks"],
+                                      score["value"] * score["tasks"], score["tasks"])
+            for name, score in last.items() if score["ci95"] is not None and name in start}
+
+
 def summarize(config: CompareConfig) -> dict[str, Any]:
     methods = {method: summarize_method(config, method) for method in config.methods}
+    start = _scores(read_start_evaluation(config))
+    for m in methods.values():  # judged at the last point, not the best: a best over several points is biased upwards
+        m["gain_p_last"] = gain_p_values(start, m["evaluations"][-1]["scores"]) if m["evaluations"] else {}
     summary: dict[str, Any] = {"env": config.env, "steps": config.steps, "eval_points": config.eval_points(),
-                               "overrides": config.overrides, "start": _scores(read_start_evaluation(config)),
-                               "methods": methods}
+                               "overrides": config.overrides, "start": start, "methods": methods}
     if {"hp-rlvr", "grpo"} <= methods.keys() and methods["hp-rlvr"]["wall_s"] > 0:
         hp, grpo = methods["hp-rlvr"], methods["grpo"]
         summary["grpo_over_hp_rlvr"] = {
@@ -133,6 +143,11 @@ def report_markdown(config: CompareConfig, summary: dict[str, Any]) -> str:
     for metric in metrics:
         cells = [_score_cell(start.get(metric))] + [_score_cell(m["best"].get(metric)) for m in methods.values()]
         lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+    gains = [f"{name} " + ", ".join(f"{metric} {p:.3f}" for metric, p in m["gain_p_last"].items())
+             for name, m in methods.items() if m["gain_p_last"]]
+    if gains:
+        lines += ["", "One-sided p of a gain over the start at each method's last evaluation (two-proportion z-test, "
+                  f"tasks as trials): {'; '.join(gains)}."]
     lines += ["", "## Table 5: zero-gradient records", "", "| method | zero-gradient | all records | fraction |", "|---|---|---|---|"]
     for name, m in methods.items():
         fraction = m["zero_grad_records"] / m["grad_records"] if m["grad_records"] else None
