@@ -26,17 +26,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job where the embedded tiny model can show it. ALFWorld is out of its reach
-# (every warm start measured wins 0 of the 140 valid_seen games: docs/results.md), so the
-# demo shows HP-RLVR improving it on the multi-turn box-and-key game (hp_agent/envs/toy.py;
+# The main job where the embedded tiny model can show it. On ALFWorld its best warm start
+# wins a few percent of the valid_seen games, and RL from it gains little (docs/results.md), so
+# the demo shows HP-RLVR improving it on the multi-turn box-and-key game (hp_agent/envs/toy.py;
 # held-out colour sets): a warm-up on noisy expert moves, its success on all 252 held-out
 # episodes, 24 HP-RLVR steps of 16 episodes, and the trained model against the warm start.
 KEYS_EVAL = --env keys --split test --temperature 1 --max-new-tokens 5 --seed 1
 demo: install
-	@echo "== ALFWorld is beyond the 2.8M-parameter tiny model so far (at best 5/140 valid_seen greedy, 8/140 sampled,"
-	@echo "== decoding restricted to admissible actions; RL did not raise it: docs/results.md; make demo-alfworld"
-	@echo "== runs that pipeline). This demo shows HP-RLVR learning on the multi-turn box-and-key game"
-	@echo "== instead, on held-out colour sets."
+	@echo "== ALFWorld is at the edge of the 2.8M-parameter tiny model (at best 5/140 valid_seen greedy, 8/140 sampled,"
+	@echo "== decoding restricted to admissible actions; from it GRPO raised that, HP-RLVR not beyond noise:"
+	@echo "== docs/results.md; make demo-alfworld runs that pipeline from a warm start built without official data)."
+	@echo "== This demo shows HP-RLVR learning on the multi-turn box-and-key game instead, on held-out colour sets."
 	$(BIN)/hp-agent sft --env keys --env-kwargs '{demo_mistakes: 0.5}' --model tiny --steps 200 --lr 1e-3 \
 		--out $(DEMO_RUN)-warm
 	$(BIN)/hp-agent eval --model $(DEMO_RUN)-warm $(KEYS_EVAL) --output $(DEMO_RUN)-warm/eval.json
