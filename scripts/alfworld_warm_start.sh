@@ -6,14 +6,16 @@
 #   scripts/alfworld_warm_start.sh demos-alfred     # expert demos, train games rebuilt from ALFRED
 #                                                   # (COUNT trials rebuilt, LIMIT games played)
 #   scripts/alfworld_warm_start.sh demos-synth      # expert demos, synthesized train games
+#                                                   # (COUNT built, the first LIMIT played: demos-synthLIMIT.jsonl)
 #   scripts/alfworld_warm_start.sh sft NAME STEPS DATA[,DATA...] [sft flags]
 #   scripts/alfworld_warm_start.sh eval NAME SPLIT [LIMIT]   # greedy, 50 steps (the standard protocol)
 #   scripts/alfworld_warm_start.sh ship NAME        # NAME becomes the shipped --model tiny-alfworld-warm
 #
-# The shipped warm start (docs/results.md), from synthesized games only, about an hour:
-#   COUNT=600 WORKERS=2 scripts/alfworld_warm_start.sh demos-synth
-#   HP_AGENT_TORCH_THREADS=2 scripts/alfworld_warm_start.sh sft sft-S200 200 runs/warm/demos-synth.jsonl
-#   scripts/alfworld_warm_start.sh ship sft-S200
+# The shipped warm start (docs/results.md), from synthesized games only: 600 games built, the
+# expert's play of the first 200, 600 SFT steps (40-50 minutes on 2 cores):
+#   COUNT=600 LIMIT=200 WORKERS=2 scripts/alfworld_warm_start.sh demos-synth
+#   scripts/alfworld_warm_start.sh sft sft-S200g600 600 runs/warm/demos-synth200.jsonl
+#   scripts/alfworld_warm_start.sh ship sft-S200g600
 #
 # Everything goes to $ROOT (default runs/warm). One torch thread per process. MODEL
 # (default tiny-alfworld: the tiny model whose tokenizer holds ALFRED's names as single
@@ -37,7 +39,9 @@ case "$stage" in
       --workers "${WORKERS:-1}" ${LIMIT:+--limit "$LIMIT"} ;;
   demos-synth)
     "$bin/hp-agent" data alfworld --build --split train --count "${COUNT:-600}" --workers "${WORKERS:-1}"
-    [ -f "$root/demos-synth.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-synth.jsonl" --source synth --model "$model" --workers "${WORKERS:-1}" ;;
+    out="$root/demos-synth${LIMIT:-}.jsonl"
+    [ -f "$out" ] || "$bin/hp-agent" data alfworld --demos "$out" --source synth --model "$model" --workers "${WORKERS:-1}" \
+      ${LIMIT:+--limit "$LIMIT"} ;;
   sft)
     name=${1:?sft NAME STEPS DATA[,DATA...] [flags]}; steps=${2:?steps}; data=${3:?data files}; shift 3
     if [ ! -f "$root/$name/config.json" ]; then
@@ -56,6 +60,7 @@ case "$stage" in
   ship)
     name=${1:?ship NAME}; shipped=hp_agent/policies/warm_starts/tiny-alfworld-warm
     [ -f "$root/$name/config.json" ] || { echo "no finished model in $root/$name" >&2; exit 2; }
-    rm -rf "$shipped" && mkdir -p "$(dirname "$shipped")" && cp -r "$root/$name" "$shipped" ;;
+    rm -rf "$shipped" && mkdir -p "$(dirname "$shipped")" && cp -r "$root/$name" "$shipped"
+    rm -f "$shipped"/eval-*.json ;;  # evaluations kept beside the model are not part of it
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
