@@ -17,7 +17,8 @@ alfworld.py`` and ``env_manager.py``) so success rates compare with published ru
   the step costs ``invalid_penalty``.
 * Reward: ``win_reward`` on the step that wins, minus ``invalid_penalty`` on each invalid
   step (``info["shaping"] = -invalid_penalty``, negative: a cost). Winning terminates; ``max_steps`` steps without a win
-  truncate (Gymnasium-style). The verdict's reward is ``win_reward`` or 0.
+  truncate (Gymnasium-style). The verdict's reward is ``win_reward`` or 0. Training may add
+  ``subgoal_reward`` shaping (:mod:`hp_agent.envs.alfworld.subgoals`; 0, the protocol, by default).
 
 ``prompt_mode="chat"``: the first observation is the same; later observations hold only
 the new game text and the admissible actions, for rollouts that keep the whole chat.
@@ -39,6 +40,7 @@ from hp_agent.envs.alfworld.data import (
     short_task_types,
 )
 from hp_agent.envs.alfworld.sources import resolve_data_root
+from hp_agent.envs.alfworld.subgoals import SubgoalTracker
 from hp_agent.envs.base import TextEnv, find_task
 from hp_agent.errors import MissingPackageError, UserLookupError, UserValueError
 from hp_agent.verifiers import Verdict
@@ -135,6 +137,7 @@ class _Episode:
     expert_action: str | None = None
     won: bool = False
     done: bool = False
+    subgoals: SubgoalTracker | None = None  # with subgoal_reward > 0
 
 
 class AlfworldEnv(TextEnv):
@@ -155,6 +158,10 @@ class AlfworldEnv(TextEnv):
     history_length: steps of history in each prompt (verl-agent: 2).
     prompt_mode:    ``"verl-agent"`` (full prompt every step) or ``"chat"`` (new text only).
     invalid_penalty: subtracted from the reward of each step without ``<action>`` tags.
+    subgoal_reward: shaping paid once per episode for holding an object of the task's type
+                    and once for heating/cooling/cleaning it or lighting the lamp with it
+                    (:mod:`hp_agent.envs.alfworld.subgoals`); 0 (verl-agent) pays none. For
+                    training only: success and the verdict never include it.
     win_reward:     reward of the winning step and of a won episode's verdict.
     require_think:  also count a response without ``<think>...</think>`` as invalid (verl-agent does).
     expert:         run ALFWorld's handcoded expert (fixed) beside the game for
@@ -184,7 +191,8 @@ class AlfworldEnv(TextEnv):
                  task_types: list[str] | tuple[str, ...] | None = None, max_steps: int = 50,
                  num_games: int | None = None, history_length: int = 2, prompt_mode: str = "verl-agent",
                  invalid_penalty: float = 0.1, win_reward: float = 10.0, require_think: bool = False,
-                 expert: bool = True, speedups: bool = True, walkthrough_info: bool = False):
+                 expert: bool = True, speedups: bool = True, walkthrough_info: bool = False,
+                 subgoal_reward: float = 0.0):
         super().__init__()
         if prompt_mode not in PROMPT_MODES:
             raise UserValueError(f"unknown prompt_mode {prompt_mode!r}; valid: {', '.join(PROMPT_MODES)}")
@@ -196,11 +204,14 @@ class AlfworldEnv(TextEnv):
             raise UserValueError(f"num_games must be >= 1 (or None for all), got {num_games}")
         if win_reward <= 0 or invalid_penalty < 0:
             raise UserValueError(f"need win_reward > 0 and invalid_penalty >= 0, got {win_reward} and {invalid_penalty}")
+        if not 0 <= subgoal_reward < win_reward:
+            raise UserValueError(f"subgoal_reward must be in [0, win_reward = {win_reward}), got {subgoal_reward}")
         self.split = split
         self.max_steps = self.max_turns = max_steps
         self.history_length = history_length
         self.prompt_mode = prompt_mode
         self.invalid_penalty = float(invalid_penalty)
+        self.subgoal_reward = float(subgoal_reward)
         self.win_reward = float(win_reward)
         self.reward_bounds = (0.0, self.win_reward)  # the credit bound follows the knob
         self.require_think = require_think
@@ -246,6 +257,8 @@ class AlfworldEnv(TextEnv):
         self._episode = _Episode(game=game, task=task_description(start.feedback), feedback=start.feedback,
                                  actions=offered_actions(start.admissible_commands), expert_action=start.expert_action,
                                  won=start.won)
+        if self.subgoal_reward > 0:
+            self._episode.subgoals = SubgoalTracker(game.task_id, game.task_type)
         info = self._info()
         if self.walkthrough_info:
             info["walkthrough"] = engine.walkthrough()
@@ -269,9 +282,13 @@ class AlfworldEnv(TextEnv):
         truncated = not terminated and len(episode.history) >= self.max_steps
         episode.done = terminated or truncated
         shaping = 0.0 if valid else -self.invalid_penalty
+        subgoals = episode.subgoals.step(command, result.accepted) if episode.subgoals is not None else []
+        shaping += self.subgoal_reward * len(subgoals)
         reward = (self.win_reward if terminated else 0.0) + shaping
         info = self._info()
         info.update(action=command, invalid_action=not valid, shaping=shaping, accepted=result.accepted)
+        if subgoals:
+            info["subgoals"] = subgoals
         if episode.done:
             info["verdict"] = self._verdict()
         return self._render(), reward, terminated, truncated, info
