@@ -331,14 +331,14 @@ def test_corpus_texts_are_the_same_with_or_without_data(monkeypatch, tmp_path, r
 def test_subgoal_shaping_pays_a_walkthrough_and_leaves_success_alone(root):
     """Off by default (the protocol); on, a won heat game pays hold and apply once each as
     shaping, while the outcome reward and the verdict stay win_reward."""
-    env = AlfworldEnv(split="id", data_root=root, task_types=["heat"], num_games=1, subgoal_reward=1.0)
+    env = AlfworldEnv(split="id", data_root=root, task_types=["heat"], num_games=1, subgoal_reward=0.5)
     env.reset(seed=0)
     paid, shaping, rewards = [], 0.0, 0.0
     for command in env.walkthrough():
         _, reward, terminated, _, info = env.step(act(command))
         paid += info.get("subgoals", [])
         shaping, rewards = shaping + info["shaping"], rewards + reward
-    assert terminated and paid == ["hold", "apply"] and shaping == 2.0 and rewards == 12.0
+    assert terminated and paid == ["hold", "apply"] and shaping == 1.0 and rewards == 11.0
     assert info["verdict"].reward == 10.0 and info["verdict"].success
     env.close()
     with pytest.raises(ValueError, match=r"subgoal_reward must be in \[0, win_reward = 10.0\), got -1"):

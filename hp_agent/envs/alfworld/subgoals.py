@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 
-SUBGOALS: tuple[str, ...] = ("hold", "apply")
 DEVICE_TASKS = frozenset({"heat", "cool", "clean"})  # the command's verb is the task type
 LAMP_TASK = "look"
 _TAKE = re.compile(r"take (\w+) \d+ from ")
