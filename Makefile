@@ -51,8 +51,10 @@ demo: install
 # On one core it plays the first 60 official valid_seen games (10 per task type; sampled at
 # T = 1 with seed 0, decoding restricted to admissible actions, 50 steps) while HP-RLVR trains
 # from it on the other (the official train games of the pick and heat types, 8 a step,
-# restricted, episodes cut at 20 steps); then the trained model plays the same 60 games, 30 on
-# each core, and the test of the gain is printed.
+# restricted, episodes cut at 20 steps, each paying a shaping reward of 1 the first time the
+# agent holds an object of its task's type and the first time it heats it: subgoal_reward in
+# hp_agent/envs/alfworld/subgoals.py, training only, never in success); then the trained model
+# plays the same 60 games, 30 on each core, and the test of the gain is printed.
 ALF_WARM = tiny-alfworld-warm
 ALF_STEPS = 24
 ALF_EVAL = --split id --source official --limit 60 --constrain-to-admissible --temperature 1 --seed 0 --max-new-tokens 24
@@ -64,7 +66,7 @@ demo-alfworld: install
 		> $(DEMO_RUN)-warm-eval.log 2>&1 & before=$$!; \
 	$(BIN)/hp-agent train --env alfworld --model $(ALF_WARM) --name $(notdir $(DEMO_RUN)) --steps $(ALF_STEPS) \
 		trainer.prompts_per_step=8 rollout.max_new_tokens=24 rollout.constrain_to_admissible=true \
-		learner.lr=1e-4 env.num_workers=1 'env.kwargs={source: official, max_steps: 20, task_types: [pick, heat]}' \
+		learner.lr=1e-4 env.num_workers=1 'env.kwargs={source: official, max_steps: 20, task_types: [pick, heat], subgoal_reward: 1.0}' \
 		|| { kill $$before; exit 1; }; \
 	wait $$before || { cat $(DEMO_RUN)-warm-eval.log; exit 1; }
 	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(ALF_EVAL) --workers 2 --baseline $(DEMO_RUN)-warm-eval.json \

@@ -9,7 +9,7 @@ import pytest
 
 import hp_agent.reports.compare as compare
 import hp_agent.reports.compare_report as compare_report
-from hp_agent.config import ConfigError
+from hp_agent.config import ConfigError, TrainConfig
 from hp_agent.reports.compare import run_compare
 from hp_agent.reports.compare_config import CompareConfig, load_compare_config
 
@@ -39,6 +39,14 @@ def test_eval_points_and_plans(tmp_path):
         load_compare_config(None, env="keys", steps=2, out=tmp_path, stepz=3)
     with pytest.raises(ConfigError, match="trainer.prompts"):
         load_compare_config(None, env="keys", steps=4, out=tmp_path, overrides=["trainer.prompts=3"])
+
+
+def test_compare_evaluates_on_the_env_training_only_narrowed():
+    """Evaluation keeps the kwargs that define the game and drops the training sample,
+    episode cut and shaping reward."""
+    train_config = TrainConfig(env={"name": "alfworld", "kwargs": {
+        "source": "official", "max_steps": 20, "task_types": ["pick"], "subgoal_reward": 1.0, "prompt_mode": "chat"}})
+    assert compare._eval_env_kwargs(train_config) == {"source": "official", "prompt_mode": "chat"}
 
 
 @pytest.mark.slow

@@ -100,9 +100,10 @@ def _evaluate_at(config: CompareConfig, method: str | None, step: int, progress:
                  chat_history=train_config.rollout.chat_history)
 
 
-# Training env kwargs that pick the training sample or shorten its episodes: evaluation
-# plays the full held-out split under the env's own step limit (see eval_max_turns).
-TRAINING_ONLY_KWARGS = ("split", "num_games", "task_types", "max_steps")
+# Training env kwargs that pick the training sample, shorten its episodes or shape its
+# reward: evaluation plays the full held-out split under the env's own step limit (see
+# eval_max_turns) and rewards.
+TRAINING_ONLY_KWARGS = ("split", "num_games", "task_types", "max_steps", "subgoal_reward")
 
 
 def _eval_env_kwargs(train_config: TrainConfig) -> dict[str, Any]:
