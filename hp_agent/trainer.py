@@ -269,6 +269,8 @@ def train(
     # Rank 0 alone looks: it may already have made the folder when another rank got here.
     if resume is None and ranks.is_main and (run_dir / "config.yaml").exists():
         raise UserFileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserFileExistsError(f"run folder {str(run_dir)!r} is a file; pick another trainer.name or trainer.run_dir")
     if config.trainer.prompts_per_step % ranks.world_size:
         raise UserValueError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} does not split evenly over "
                              f"{ranks.world_size} ranks; use a multiple of {ranks.world_size}")

@@ -129,6 +129,10 @@ def test_cli_errors_are_clear(tmp_path):
     code, out = run("train", "--env", "nope", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
     assert code == 2 and "unknown env 'nope'" in out
     assert not any(tmp_path.iterdir())  # a run that cannot start leaves no run folder behind
+    (tmp_path / "taken").write_text("not a run")
+    code, out = run("train", "--env", "math", "--name", "taken", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
+    assert code == 2 and "is a file" in out and (tmp_path / "taken").read_text() == "not a run"
+    (tmp_path / "taken").unlink()
     code, out = run("train", "--env", "math", "--model", "Qwen/Qwen3-8B-not-cached", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
     assert code == 2 and "--model" in out
     code, out = run("envs")
