@@ -28,8 +28,8 @@ install: $(STAMP)
 
 # The main job where the embedded tiny model can show it in minutes. On ALFWorld its warm
 # starts win a few percent of the valid_seen games and RL takes half an hour to show a gain
-# (make demo-alfworld, docs/results.md), so the demo shows HP-RLVR improving it on the multi-turn box-and-key game (hp_agent/envs/toy.py;
-# held-out colour sets): a warm-up on noisy expert moves, its success on all 252 held-out
+# (make demo-alfworld, docs/results.md), so the demo shows HP-RLVR improving it on the
+# multi-turn box-and-key game (hp_agent/envs/toy.py; held-out colour sets): a warm-up on noisy expert moves, its success on all 252 held-out
 # episodes, 24 HP-RLVR steps of 16 episodes, and the trained model against the warm start.
 KEYS_EVAL = --env keys --split test --temperature 1 --max-new-tokens 5 --seed 1
 demo: install
@@ -52,9 +52,10 @@ demo: install
 # T = 1 with seed 0, decoding restricted to admissible actions, 50 steps) while HP-RLVR trains
 # from it on the other (the official train games of the pick and heat types, 8 a step,
 # restricted, episodes cut at 20 steps, each paying a shaping reward of 1 the first time the
-# agent holds an object of its task's type and, in a heat task, the first time it heats it: subgoal_reward in
-# hp_agent/envs/alfworld/subgoals.py, training only, never in success); then the trained model
-# plays the same 60 games, 30 on each core, and the test of the gain is printed.
+# agent holds an object of its task's type and, in a heat task, the first time it heats it:
+# subgoal_reward in hp_agent/envs/alfworld/subgoals.py, training only, never in success);
+# then the trained model plays the same 60 games, 30 on each core, and the test of the gain
+# is printed.
 ALF_WARM = tiny-alfworld-warm
 ALF_STEPS = 24
 ALF_EVAL = --split id --source official --limit 60 --constrain-to-admissible --temperature 1 --seed 0 --max-new-tokens 24
