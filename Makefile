@@ -1,20 +1,35 @@
-# Every target sets itself up from nothing: a fresh clone needs only python3 (>= 3.10).
+# Every target sets itself up from nothing: a fresh clone needs python3 (>= 3.10), a C++
+# compiler and cmake (ALFWorld's planner, Fast Downward, is built from source).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # CPU build of torch: this pin takes a wheel from the local disk. On a CUDA machine,
-# run `make TORCH_SPEC=torch ...` to let pip choose a CUDA build.
+# run `make TORCH_SPEC=torch ...` to let pip choose a CUDA build (README, "On a GPU").
 TORCH_SPEC ?= torch==2.13.0
+# The torch spec the venv was built with: a different one rebuilds the install.
+TORCH_STAMP := $(VENV)/.torch-spec
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
+FORCE:
+
 .PHONY: install demo demo-alfworld test test-exhaustive test-learning test-vllm bench bench-vllm bench-trl clean
 
-$(STAMP): pyproject.toml
+$(TORCH_STAMP): FORCE
+	@mkdir -p $(VENV)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(TORCH_SPEC)" ] || echo "$(TORCH_SPEC)" > $@
+
+$(STAMP): pyproject.toml $(TORCH_STAMP)
+	@command -v c++ >/dev/null && command -v cmake >/dev/null || { echo "error: ALFWorld's planner (Fast Downward) is \
+	built from source and needs a C++ compiler and cmake: install them first (Debian/Ubuntu: apt-get install \
+	build-essential cmake)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	# A torch installed under another spec (the CPU build, then TORCH_SPEC=torch) goes first, so that pip
+	# chooses anew instead of keeping what satisfies the name.
+	$(BIN)/pip uninstall --quiet --yes torch 2>/dev/null || true
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	# textworld[pddl] builds the Fast Downward planner from source, and its build script
 	# runs plain `python`: the venv's interpreter must come first on PATH.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import ExitStack, closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -26,12 +26,15 @@ from hp_agent.envs import TextEnv, env_factory, make
 from hp_agent.envs.pool import EnvPool
 from hp_agent.errors import UserError, UserValueError
 from hp_agent.files import atomic_write_text
-from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.policies import LoadOptions, Policy, SamplingParams
 from hp_agent.policies.resolve import resolve_model
 from hp_agent.progress import LoopProgress
-from hp_agent.rollout import Actor, Episode, collect, play
+from hp_agent.rollout import Actor, Episode, collect, play, sampled_tokens_bound
 from hp_agent.run_folder import model_source
 from hp_agent.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from hp_agent.config import TrainConfig
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -227,6 +230,7 @@ class ShardedModelPlayer:
     label: str
     constrain: bool = False
     chat_history: bool = False
+    load: LoadOptions = field(default_factory=LoadOptions)
     # transformers' log verbosity and progress bars as this process has them, for the workers
     library_verbosity: tuple[int, bool] = field(default_factory=_library_verbosity)
 
@@ -268,14 +272,23 @@ class ShardedModelPlayer:
         return [trajectory for index in range(len(processes)) for trajectory in played[index]]
 
 
+def sized_load(load: LoadOptions | None, env: TextEnv, sampling: SamplingParams, max_turns: int | None,
+               chat_history: bool) -> LoadOptions:
+    """``load`` (default: auto device and dtype, hf) for playing ``env``: a vllm engine's
+    default max_model_len is the longest sequence these rollouts sample."""
+    turns = max_turns or env.max_turns
+    return (load or LoadOptions()).sampling_up_to(sampled_tokens_bound(sampling.max_new_tokens, turns, chat_history))
+
+
 def sharded_player(model: str, env: str, env_kwargs: dict, sampling: SamplingParams, max_turns: int | None,
-                   workers: int, parallel_envs: int, constrain: bool = False, chat_history: bool = False) -> ShardedModelPlayer:
+                   workers: int, parallel_envs: int, constrain: bool = False, chat_history: bool = False,
+                   load: LoadOptions | None = None) -> ShardedModelPlayer:
     """A :class:`ShardedModelPlayer` of ``model`` (a name, folder or run folder). Resolved
     here, once: a bad name fails in this process, and a model built or converted on first
     use is not built by every worker at once."""
     folder = str(resolve_model(model_source(model)))
     return ShardedModelPlayer(folder, env, env_kwargs, sampling, max_turns, workers, parallel_envs, model, constrain,
-                              chat_history)
+                              chat_history, load or LoadOptions())
 
 
 def _play_share(messages: mp.Queue, index: int, player: ShardedModelPlayer, episodes: list[Episode], seed: int,
@@ -289,7 +302,7 @@ def _play_share(messages: mp.Queue, index: int, player: ShardedModelPlayer, epis
     if not progress_bars:
         hf_logging.disable_progress_bar()
     try:
-        policy = load_policy(player.model)
+        policy = player.load.load(player.model)
         with ExitStack() as stack:
             envs = [stack.enter_context(closing(make(player.env_name, **player.env_kwargs)))
                     for _ in range(min(player.parallel_envs, len(episodes)))]
@@ -334,6 +347,7 @@ def evaluate(
     max_turns: int | None = None,
     constrain: bool = False,
     chat_history: bool = False,
+    load: LoadOptions | None = None,
 ) -> EvalResult:
     """Play every task of a split ``samples`` times in a fixed order and score it.
 
@@ -346,7 +360,8 @@ def evaluate(
     ``constrain``: a model's responses are restricted to the env's admissible actions, as
     ``rollout.constrain_to_admissible`` restricts training's. ``chat_history``: prompt with
     the whole conversation, as ``rollout.chat_history`` does (pair with ALFWorld's
-    ``prompt_mode="chat"``).
+    ``prompt_mode="chat"``). ``load``: device, dtype and backend of a model named by
+    ``model`` (default: auto device and dtype, the hf backend).
     """
     if samples < 1:
         raise UserValueError(f"samples must be >= 1, got {samples}")
@@ -371,15 +386,16 @@ def evaluate(
                 raise UserValueError(f"workers={workers} loads the model in each worker process: name it with "
                                      "model= (a name or folder), not policy=")
             first = stack.enter_context(closing(make(env, **kwargs)))
-            player = sharded_player(str(model or "tiny"), env, kwargs, sampling or SamplingParams(), max_turns, workers,
-                                    parallel_envs, constrain, chat_history)
+            sampling = sampling or SamplingParams()
+            player = sharded_player(str(model or "tiny"), env, kwargs, sampling, max_turns, workers, parallel_envs,
+                                    constrain, chat_history, sized_load(load, first, sampling, max_turns, chat_history))
         else:
             label = type(policy).__name__ if policy is not None else str(model or "tiny")
-            policy = policy if policy is not None else load_policy(model or "tiny")
-            envs = [stack.enter_context(closing(make(env, **kwargs))) for _ in range(parallel_envs)]
-            first = envs[0]
-            player = ModelPlayer(policy, envs, env, sampling or SamplingParams(), max_turns, label, constrain,
-                                 chat_history)
+            first, sampling = stack.enter_context(closing(make(env, **kwargs))), sampling or SamplingParams()
+            if policy is None:  # after one env: its turn limit sizes a vllm engine
+                policy = sized_load(load, first, sampling, max_turns, chat_history).load(model or "tiny")
+            envs = [first] + [stack.enter_context(closing(make(env, **kwargs))) for _ in range(parallel_envs - 1)]
+            player = ModelPlayer(policy, envs, env, sampling, max_turns, label, constrain, chat_history)
         task_ids = first.task_ids()[:limit] if limit else first.task_ids()
         episodes = [Episode(task_id, group=g) for g, task_id in enumerate(task_ids) for _ in range(samples)]
         with LoopProgress(f"eval {env}/{split} ({player.label})", len(episodes), enabled=progress, every=10) as bar:
@@ -389,3 +405,42 @@ def evaluate(
     if output is not None:
         atomic_write_text(Path(output), result.to_json())
     return result
+
+
+# Training env kwargs that pick the training sample, shorten its episodes or shape its
+# reward: evaluation plays the full held-out split under the env's own step limit and rewards.
+TRAINING_ONLY_KWARGS = ("split", "num_games", "task_types", "max_steps", "subgoal_reward")
+
+
+@dataclass(frozen=True)
+class RunPlay:
+    """How a run's rollouts played, which its evaluation repeats unless told otherwise: a
+    restricted policy judged on free decoding, or a chat-history one on single prompts,
+    would be judged on a game it never trained at."""
+
+    max_new_tokens: int
+    temperature: float
+    constrain: bool
+    chat_history: bool
+    enable_thinking: bool
+    env_kwargs: dict[str, Any]  # the training env's kwargs that define the game (source, prompt mode)
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> RunPlay:
+        rollout = config.rollout
+        game = {key: value for key, value in config.env.kwargs.items() if key not in TRAINING_ONLY_KWARGS}
+        return cls(rollout.max_new_tokens, rollout.temperature, rollout.constrain_to_admissible, rollout.chat_history,
+                   config.model.enable_thinking, game)
+
+
+def run_config_of(model: str) -> TrainConfig | None:
+    """The config a run trained with, where ``model`` names a run folder or one of its
+    checkpoints' model folders (``RUN/checkpoints/step_N/model``); else None."""
+    from hp_agent.config import load_config
+
+    path = Path(model)
+    runs = [path] + ([path.parents[2]] if len(path.parents) > 2 and path.parent.parent.name == "checkpoints" else [])
+    for run in runs:
+        if (run / "config.yaml").is_file() and (run / "checkpoints").is_dir():
+            return load_config(run / "config.yaml", cuda=False)  # devices are this command's, not the run's
+    return None

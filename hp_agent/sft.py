@@ -13,6 +13,7 @@ import io
 import random
 import shutil
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from hp_agent.envs import make
 from hp_agent.errors import UserFileExistsError, UserValueError
 from hp_agent.files import atomic_folder, atomic_write_bytes
 from hp_agent.hindsight import ScoringOptions, hindsight_sequences, hindsight_span
-from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.devices import resolve_device, resolve_dtype
+from hp_agent.policies import LoadOptions, Policy, SamplingParams
 from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import Episode, prompt_messages
@@ -105,8 +107,12 @@ def supervised_warmup(
     save: Callable[[WarmupState], None] | None = None,
     save_every: int = 100,
     prompt_loss: float = 0.0,
+    compute_dtype: str = "float32",
 ) -> list[float]:
     """Train on ``sequences`` for ``steps`` AdamW steps; returns the loss of each step.
+
+    ``compute_dtype`` other than float32: forward and backward under autocast in that
+    dtype, on the model's own (float32) weights, gradients and AdamW state.
 
     The loss is the mean NLL of the response tokens plus ``prompt_loss`` times that of the
     prompt tokens (0: responses only).
@@ -124,11 +130,15 @@ def supervised_warmup(
         shuffle.setstate(resume.shuffle)
         losses = list(resume.losses)
     pad_id = policy.tokenizer.pad_token_id or 0
+    device_type = next(policy.model.parameters()).device.type
+    compute = (nullcontext() if compute_dtype == "float32"
+               else torch.autocast(device_type, dtype=getattr(torch, compute_dtype)))
     policy.model.train()
     with LoopProgress("sft", steps, enabled=progress, every=LOG_EVERY, completed=len(losses)) as bar:
         for step in range(len(losses), steps):
             batch = shuffle.sample(sequences, min(batch_size, len(sequences)))
-            loss = _batch_loss(policy, batch, pad_id, prompt_loss)
+            with compute:
+                loss = _batch_loss(policy, batch, pad_id, prompt_loss)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
@@ -175,14 +185,16 @@ def tokenize_demonstration(trajectory: Trajectory, policy: Policy) -> Trajectory
 
 def play_first_tasks(policy: Policy | str, env_name: str, env_kwargs: dict, limit: int | None, sampling: SamplingParams,
                      parallel_envs: int = 32, seed: int = 0, progress: bool = False, label: str = "play",
-                     chat_history: bool = False, constrain: bool = False, workers: int = 1) -> list[Trajectory]:
+                     chat_history: bool = False, constrain: bool = False, workers: int = 1,
+                     load: LoadOptions | None = None) -> list[Trajectory]:
     """``policy`` plays the first ``limit`` tasks of ``make(env_name, **env_kwargs)`` once
     each (seeded as an evaluation is; ``chat_history`` as ``rollout.chat_history``,
     ``constrain`` as ``rollout.constrain_to_admissible``). Its trajectories are DAgger's
     data (every turn keeps the env's expert advice: :func:`expert_label_sequences`) and the
     hindsight warm-up's (their realized futures and verdicts: :func:`hindsight_copies`).
     ``workers`` > 1: ``policy`` is a model's name or folder, loaded in that many processes
-    that play a contiguous share of the tasks each (as ``evaluate(workers=...)``)."""
+    that play a contiguous share of the tasks each (as ``evaluate(workers=...)``). ``load``:
+    device, dtype and backend of a ``policy`` given by name."""
     from hp_agent.evaluation import ModelPlayer, Player, sharded_player
 
     envs = [make(env_name, **env_kwargs) for _ in range(1 if workers > 1 else min(parallel_envs, limit or parallel_envs))]
@@ -193,9 +205,9 @@ def play_first_tasks(policy: Policy | str, env_name: str, env_kwargs: dict, limi
             if not isinstance(policy, str):
                 raise UserValueError(f"workers={workers} loads the model in each worker process: pass its name or folder")
             player: Player = sharded_player(policy, env_name, env_kwargs, sampling, None, workers, parallel_envs,
-                                            constrain, chat_history)
+                                            constrain, chat_history, load)
         else:
-            player = ModelPlayer(load_policy(policy) if isinstance(policy, str) else policy, envs, env_name, sampling, None,
+            player = ModelPlayer((load or LoadOptions()).load(policy) if isinstance(policy, str) else policy, envs, env_name, sampling, None,
                                  label, constrain, chat_history)
         with LoopProgress(f"{label} {env_name}", len(episodes), enabled=progress, every=parallel_envs) as bar:
             return player.play(episodes, seed, bar.advance)
@@ -245,6 +257,8 @@ def sft(
     hindsight_episodes: int = 64,
     hindsight_max_new_tokens: int = 64,
     config: TrainConfig | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
 ) -> SFTResult:
     """Warm up ``model`` on ``data`` (trajectory JSONL) or else on ``env``'s train
     demonstrations (``env_kwargs`` for the env, e.g. the toy envs' ``demo_mistakes``),
@@ -261,21 +275,27 @@ def sft(
     tokens' NLL beside the response's (see :func:`supervised_warmup`). ``config``: the run to warm up for, whose
     ``hindsight`` section renders the privileged blocks as its scorer will (None: the defaults). Every ``save_every`` steps the state goes to
     ``<out_dir>.partial/``; a call with the same arguments continues from there.
+    ``device`` and ``dtype`` (auto: CUDA and bfloat16 where a GPU is, else the CPU and
+    float32): the weights stay float32 (AdamW on bfloat16 weights drops most small
+    updates), and a bfloat16 or float16 dtype is the compute's, under autocast.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UserFileExistsError(f"{str(out_dir)!r} exists and is not empty; choose another --out")
     if hindsight and data is None and hindsight_episodes < 1:
         raise UserValueError(f"hindsight_episodes must be >= 1 to build privileged blocks without --data, got {hindsight_episodes}")
+    device = resolve_device(device)
+    compute_dtype = resolve_dtype(dtype, device)
     partial = out_dir.with_name(f"{out_dir.name}.partial")
     scoring = ScoringOptions.from_config(config)
     settings = {"env": env, "model": model, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
                 "data": str(data), "env_kwargs": env_kwargs or {}, "hindsight": hindsight,
                 "expert_data": str(expert_data), "prompt_loss": prompt_loss, "hindsight_episodes": hindsight_episodes,
-                "hindsight_max_new_tokens": hindsight_max_new_tokens, "scoring": asdict(scoring)}
+                "hindsight_max_new_tokens": hindsight_max_new_tokens, "scoring": asdict(scoring),
+                "compute_dtype": compute_dtype}
     resume = _load_partial(partial, settings)
     torch.manual_seed(seed)
-    policy = load_policy(str(partial / "model") if resume is not None else model)
+    policy = LoadOptions(device, "float32").load(str(partial / "model") if resume is not None else model)
     if data is not None:
         sequences = trajectory_sequences(data, policy.model.get_input_embeddings().num_embeddings)
         if hindsight:
@@ -298,7 +318,8 @@ def sft(
         _save_model(policy, partial / "model")
         atomic_write_bytes(partial / "state.pt", _state_bytes({"settings": settings, "state": state}))
 
-    losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress, resume, save, save_every, prompt_loss)
+    losses = supervised_warmup(policy, sequences, steps, batch_size, lr, seed, progress, resume, save, save_every, prompt_loss,
+                               compute_dtype)
     _save_model(policy, out_dir)
     shutil.rmtree(partial, ignore_errors=True)
     return SFTResult(out_dir, steps, len(sequences), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"))

@@ -1,59 +1,101 @@
 #!/usr/bin/env bash
-# On a CUDA machine: one HP-RLVR step and one GRPO step of a randomly initialised Qwen3 of
-# the 8B configuration (scripts/random_qwen3.py), bf16 base with a LoRA adapter (r=16) in
-# fp32, bf16 autocast, activation checkpointing, rolled out by vLLM on the GPU (the hf
-# backend where vllm is missing, said on screen). Then the same HP-RLVR run one-step-off
-# (hf backend: trainer.off_policy_steps=1, the learner scoring half of each batch), 3 steps.
-# Prints peak GPU memory and phase times per step, for docs/scale.md.
+# The first thing to run on a GPU machine (README, "On a GPU"). On a randomly initialised
+# Qwen3 of a published shape (scripts/random_qwen3.py; no hub download), it checks:
+#   1. the device and the dtypes `auto` resolves to there;
+#   2. sampling on each backend (hf, and vllm where it imports): restricted episodes of the
+#      box-and-key game, tokens/s, peak memory, and the mean per-token |delta log-prob|
+#      between the sampler's recorded log-probs and the learner's for the same tokens
+#      (scripts/gpu_check.py);
+#   3. one HP-RLVR and one GRPO training step on each backend (LoRA r=16 on the bf16 base,
+#      bf16 autocast, activation checkpointing; vLLM asleep between rollouts);
+#   4. three HP-RLVR steps one-step-off (trainer.off_policy_steps=1, the learner scoring
+#      half of each batch) on each backend.
+# Each check's log is in $OUT; a failed check is reported and the others still run. The
+# last line sums it up in one line to paste into a bug report; the exit status is
+# non-zero when anything failed.
 #
 # The environment: .venv-gpu, made once with the machine's own packages visible
 # (--system-site-packages: a CUDA torch and vllm already installed are used as they are)
-# and hp_agent installed into it; dependencies missing there come from the package
-# registry, where one is reachable.
+# and hp_agent installed into it; dependencies missing there come from the package registry.
 #
 # Usage: bash scripts/gpu_check.sh [SIZE]      SIZE: 8B (default), 4B or 1.7B
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 SIZE="${1:-8B}"
 OUT="${OUT:-/tmp/hp-agent-gpu-check}"
 VENV=.venv-gpu
 PY="$VENV/bin/python"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}" TOKENIZERS_PARALLELISM=false
+mkdir -p "$OUT"
 
 if [[ ! -x "$PY" ]]; then
     python3 -m venv --system-site-packages "$VENV"
     "$VENV/bin/pip" install --quiet -e . || { echo "gpu_check: could not install hp_agent's dependencies"; exit 1; }
 fi
-"$PY" - <<'PY'
-import torch
-assert torch.cuda.is_available(), "gpu_check needs a CUDA GPU (torch.cuda.is_available() is False)"
-props = torch.cuda.get_device_properties(0)
-print(f"gpu_check: {props.name}, {props.total_memory / 2**30:.1f} GiB, torch {torch.__version__}, CUDA {torch.version.cuda}")
+MACHINE=$("$PY" - <<'PY'
+import platform, torch
+from hp_agent.devices import available_devices, resolve_device, resolve_dtype
+device = resolve_device("auto")
+try:
+    import vllm
+    engine = f"vllm {vllm.__version__}"
+except ImportError:
+    engine = "no vllm"
+print(f"torch {torch.__version__} CUDA {torch.version.cuda}; {available_devices()}; auto: {device}/{resolve_dtype('auto', device)}; "
+      f"bf16 supported: {torch.cuda.is_available() and torch.cuda.is_bf16_supported()}; {engine}; python {platform.python_version()}")
 PY
-if "$PY" -c "import vllm" 2>/dev/null; then BACKEND=vllm; else BACKEND=hf; echo "gpu_check: no vllm here; the hf backend rolls out"; fi
+) || { echo "gpu_check: torch does not import in $VENV"; exit 1; }
+echo "gpu_check: $MACHINE"
+[[ "$MACHINE" == *"auto: cuda"* ]] || { echo "gpu_check: needs a CUDA GPU (auto resolves to the CPU here)"; exit 1; }
+BACKENDS=hf
+"$PY" -c "import vllm" 2>/dev/null && BACKENDS="hf vllm" || echo "gpu_check: no vllm here (pip install vllm); the hf backend only"
 
 MODEL="$OUT/qwen3-$SIZE-random"
-[[ -f "$MODEL/config.json" ]] || "$PY" scripts/random_qwen3.py --size "$SIZE" --out "$MODEL"
+[[ -f "$MODEL/config.json" ]] || "$PY" scripts/random_qwen3.py --size "$SIZE" --out "$MODEL" || exit 1
 rm -rf "$OUT/runs"
-COMMON=(--env keys --model "$MODEL" --lora-rank 16 trainer.run_dir="$OUT/runs" trainer.save_trajectories=false
-        trainer.prompts_per_step=8 model.device=cuda model.dtype=bfloat16 learner.mixed_precision=true
-        learner.activation_checkpointing=true rollout.max_new_tokens=64)
-VLLM=(--backend "$BACKEND" model.vllm.max_model_len=4096 model.vllm.kv_cache_gb=8 model.vllm.sleep=true)
-OFF=(--backend hf --steps 3 trainer.off_policy_steps=1 trainer.learner_scoring_share=0.5)
-for RUN in hp-rlvr grpo hp-rlvr-off; do
-    started=$(date +%s)
-    if [[ "$RUN" == hp-rlvr-off ]]; then FLAGS=(--algo hp-rlvr "${OFF[@]}"); else FLAGS=(--algo "$RUN" --steps 1 "${VLLM[@]}"); fi
-    "$PY" -m hp_agent train "${COMMON[@]}" "${FLAGS[@]}" --name "$RUN" > "$OUT/$RUN.log" 2>&1 || { tail -40 "$OUT/$RUN.log"; exit 1; }
-    echo "gpu_check: $RUN done in $(( $(date +%s) - started )) s (start-up included)"
+FAILED=()
+RESULTS=()
+
+"$PY" scripts/gpu_check.py --model "$MODEL" --backends "${BACKENDS// /,}" > "$OUT/sampling.log" 2>&1
+status=$?
+grep '^gpu_check-sampling' "$OUT/sampling.log"
+[[ $status -eq 0 ]] || { FAILED+=(sampling); tail -20 "$OUT/sampling.log"; }
+for backend in $BACKENDS; do
+    dlogp=$(grep "^gpu_check-sampling $backend:" "$OUT/sampling.log" | sed -n 's/.*"mean_abs_dlogp": \([^,]*\).*/\1/p')
+    RESULTS+=("dlogp[$backend]=${dlogp:-none}")
 done
-"$PY" - "$OUT/runs" "$BACKEND" "$SIZE" <<'PY'
+
+COMMON=(--env keys --model "$MODEL" --lora-rank 16 trainer.run_dir="$OUT/runs" trainer.save_trajectories=false
+        trainer.prompts_per_step=8 learner.activation_checkpointing=true rollout.max_new_tokens=64
+        rollout.constrain_to_admissible=true)
+for backend in $BACKENDS; do
+    ENGINE=()
+    [[ $backend == vllm ]] && ENGINE=(model.vllm.sleep=true)
+    for run in hp-rlvr grpo off-policy; do
+        name="$run-$backend"
+        if [[ $run == off-policy ]]; then
+            FLAGS=(--algo hp-rlvr --steps 3 trainer.off_policy_steps=1 trainer.learner_scoring_share=0.5)
+        else
+            FLAGS=(--algo "$run" --steps 1 "${ENGINE[@]}")
+        fi
+        started=$(date +%s)
+        if "$PY" -m hp_agent train "${COMMON[@]}" --backend "$backend" "${FLAGS[@]}" --name "$name" > "$OUT/$name.log" 2>&1; then
+            line=$("$PY" - "$OUT/runs/$name/metrics.jsonl" <<'PY'
 import json, sys
-from pathlib import Path
-runs, backend, size = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-print(f"Qwen3-{size} (random init), LoRA r=16, bf16 autocast, activation checkpointing, backend {backend} (hp-rlvr-off: hf, one-step-off, learner scoring half), 8 prompts")
-for algo in ("hp-rlvr", "grpo", "hp-rlvr-off"):
-    metrics = [json.loads(line) for line in (runs / algo / "metrics.jsonl").read_text().splitlines()][-1]
-    phases = {k.removeprefix("time/"): round(v, 2) for k, v in metrics.items() if k.startswith("time/")}
-    peak, used = metrics.get("gpu/peak_memory_gib", float("nan")), metrics.get("gpu/device_used_gib", float("nan"))
-    print(f"{algo}: peak {peak:.1f} GiB through torch's allocator, {used:.1f} GiB in use on the device at the end; seconds {phases}")
+metrics = [json.loads(line) for line in open(sys.argv[1])][-1]
+print(f"peak {metrics.get('gpu/peak_memory_gib', float('nan')):.1f} GiB (torch), {metrics.get('gpu/device_used_gib', float('nan')):.1f} GiB "
+      f"on the device, step {metrics.get('time/total', float('nan')):.1f} s, grad norm {metrics.get('train/grad_norm', float('nan')):.3g}")
 PY
+)
+            echo "gpu_check: $name ok in $(( $(date +%s) - started )) s (start-up included): $line"
+            RESULTS+=("$name=ok")
+        else
+            echo "gpu_check: $name FAILED (log: $OUT/$name.log)"; tail -15 "$OUT/$name.log"
+            FAILED+=("$name"); RESULTS+=("$name=FAILED")
+        fi
+    done
+done
+REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ ${#FAILED[@]} -eq 0 ]]; then VERDICT=PASS; else VERDICT="FAIL(${FAILED[*]})"; fi
+echo "gpu_check $VERDICT | hp_agent $REV | Qwen3-$SIZE random | $MACHINE | ${RESULTS[*]}"
+[[ ${#FAILED[@]} -eq 0 ]]

@@ -17,14 +17,44 @@ from hp_agent.sft import sft
 runner = CliRunner()
 
 
+def test_a_negative_count_is_refused_by_the_option_itself():
+    result = runner.invoke(app, ["eval", "--env", "keys", "--model", "tiny", "--limit", "-1"])
+    assert result.exit_code == 2 and "--limit" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["eval", "--env", "keys", "--model", "tiny", "--device", "cuda", "--limit", "1"], ["'cuda'", "no usable GPU", "cpu"]),
+        (["eval", "--env", "keys", "--model", "tiny", "--dtype", "float8", "--limit", "1"], ["'float8'", "bfloat16"]),
+        (["eval", "--env", "keys", "--model", "tiny", "--backend", "jax", "--limit", "1"], ["'jax'", "hf", "vllm"]),
+    ],
+)
+def test_a_device_dtype_or_backend_that_is_not_there_is_one_line(arguments, named):
+    if "'cuda'" in named:
+        pytest.importorskip("torch")
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert message.startswith("error:") and "Traceback" not in message, message
+    for text in named:
+        assert text in message, (text, message)
+
+
 @pytest.mark.parametrize(
     ("arguments", "named"),
     [
         (["train", "--env", "math", "env.kwargs={split: dev}"], ["'dev'", "train", "test"]),
         (["train", "--env", "math", "env.kwargs={colour: red}"], ["'colour'", "split", "num_tasks"]),
         (["train", "--env", "nowhere"], ["'nowhere'", "math", "keys"]),
-        (["eval", "--env", "math", "--split", "dev", "--limit", "1"], ["'dev'", "test"]),
-        (["eval", "--env", "math", "--chat", "--limit", "1"], ["--chat", "'math'"]),
+        (["eval", "--env", "math", "--model", "tiny", "--split", "dev", "--limit", "1"], ["'dev'", "test"]),
+        (["eval", "--env", "math", "--model", "tiny", "--chat", "--limit", "1"], ["--chat", "'math'"]),
+        (["eval", "--env", "keys", "--limit", "1"], ["--model", "--policy"]),
+        (["eval", "--env", "keys", "--model", "tiny", "--device", "cuda:7", "--limit", "1"], ["'cuda:7'", "cpu"]),
         (["sft", "--env", "keys", "--env-kwargs", "{colour: red}", "--out", "unused"], ["'colour'", "demo_mistakes"]),
     ],
 )

@@ -10,6 +10,7 @@ import pytest
 import hp_agent.reports.compare as compare
 import hp_agent.reports.compare_report as compare_report
 from hp_agent.config import ConfigError, TrainConfig
+from hp_agent.evaluation import RunPlay
 from hp_agent.reports.compare import run_compare
 from hp_agent.reports.compare_config import CompareConfig, load_compare_config
 
@@ -46,7 +47,7 @@ def test_compare_evaluates_on_the_env_training_only_narrowed():
     episode cut and shaping reward."""
     train_config = TrainConfig(env={"name": "alfworld", "kwargs": {
         "source": "official", "max_steps": 20, "task_types": ["pick"], "subgoal_reward": 1.0, "prompt_mode": "chat"}})
-    assert compare._eval_env_kwargs(train_config) == {"source": "official", "prompt_mode": "chat"}
+    assert RunPlay.of(train_config).env_kwargs == {"source": "official", "prompt_mode": "chat"}
 
 
 @pytest.mark.slow

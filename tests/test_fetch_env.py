@@ -238,7 +238,7 @@ def test_listed_and_evaluated_by_the_cli_with_the_tiny_model(tmp_path, monkeypat
     listed = runner.invoke(app, ["envs"])
     assert listed.exit_code == 0 and "fetch" in listed.output.split()
     out = tmp_path / "eval.json"
-    result = runner.invoke(app, ["eval", "--env", "fetch", "--split", "test", "--limit", "4", "--max-new-tokens", "5",
+    result = runner.invoke(app, ["eval", "--env", "fetch", "--model", "tiny", "--split", "test", "--limit", "4", "--max-new-tokens", "5",
                                  "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert '"tasks": 4' in out.read_text() and '"split": "test"' in out.read_text()

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 import hp_agent.sft as sft_module
 from hp_agent.config import load_config
 from hp_agent.hindsight import ScoringOptions
-from hp_agent.policies import SamplingParams
+from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.sft import sft
 
 STEPS, SAVE_EVERY = 6, 2
@@ -53,7 +53,7 @@ def test_interrupted_warmup_resumes_to_the_same_weights(tmp_path, monkeypatch, _
     for name, tensor in whole_weights.items():
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
     # and the resumed run did learn: its weights moved from the start
-    start = _weights(sft_module.load_policy("tiny").model.name_or_path)
+    start = _weights(load_policy("tiny").model.name_or_path)
     assert any(not torch.equal(start[name], tensor) for name, tensor in resumed_weights.items())
 
 

@@ -10,13 +10,16 @@ environment that ``scripts/setup_vllm_env.sh`` builds).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from hp_agent.constraint import ActionTrie
 from hp_agent.policies.prefix_cache import PrefixCache
+
+if TYPE_CHECKING:
+    from hp_agent.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -112,14 +115,18 @@ BACKENDS: dict[str, str] = {
 
 def load_policy(
     name: str,
-    dtype: str = "float32",
-    device: str = "cpu",
+    dtype: str = "auto",
+    device: str = "auto",
     enable_thinking: bool = False,
     backend: str = "hf",
     prefix_cache_tokens: int | None = None,
     backend_options: dict | None = None,
 ) -> Policy:
-    """Load a policy from ``tiny``, a local folder, a run folder or a cached hub id.
+    """Load a policy from ``tiny``, a local folder, a run folder or a hub id.
+
+    ``device`` and ``dtype``: ``auto`` is CUDA and bfloat16 where torch sees a GPU, else
+    the CPU and float32 (:mod:`hp_agent.devices`); a device not on this machine is a
+    one-line :class:`~hp_agent.errors.UserValueError`, raised before anything loads.
 
     ``backend``: a key of :data:`BACKENDS`. ``"vllm"`` raises ImportError, with the
     command that builds its environment, where the ``vllm`` package is missing.
@@ -128,6 +135,7 @@ def load_policy(
     """
     from importlib import import_module
 
+    from hp_agent.devices import check_device, resolve_device, resolve_dtype
     from hp_agent.policies.resolve import resolve_model
     from hp_agent.run_folder import model_source
 
@@ -135,6 +143,9 @@ def load_policy(
         raise ValueError(f"unknown policy backend {backend!r}; valid backends: {', '.join(sorted(BACKENDS))}")
     module_name, _, class_name = BACKENDS[backend].partition(":")
     policy_class = getattr(import_module(module_name), class_name)
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    check_device(device)
     options = {} if prefix_cache_tokens is None else {"prefix_cache_tokens": prefix_cache_tokens}
     options.update(backend_options or {})
     return policy_class(
@@ -142,4 +153,35 @@ def load_policy(
     )
 
 
-__all__ = ["BACKENDS", "Generation", "Policy", "SamplingParams", "load_policy"]
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a command loads its model, beside the model's name: where, in which dtype, on
+    which backend (the keys of a run's ``model`` section that ``load_policy`` takes)."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    backend: str = "hf"
+    enable_thinking: bool = False
+    prefix_cache_tokens: int | None = None
+    backend_options: dict | None = field(default=None, hash=False)
+
+    @classmethod
+    def from_model_config(cls, model: ModelConfig, device: str | None = None) -> LoadOptions:
+        """A run's ``model`` section; ``device``: this rank's own (``cuda:<local_rank>``)."""
+        return cls(device or model.device, model.dtype, model.backend, model.enable_thinking, model.prefix_cache_tokens,
+                   model.vllm.model_dump() if model.backend == "vllm" else None)
+
+    def sampling_up_to(self, tokens: int) -> LoadOptions:
+        """These options for rollouts whose sequences reach at most ``tokens`` tokens
+        (:func:`hp_agent.rollout.sampled_tokens_bound`): the vllm engine's default
+        ``max_model_len``; the hf backend needs no bound."""
+        if self.backend != "vllm":
+            return self
+        return replace(self, backend_options={**(self.backend_options or {}), "context_tokens": tokens})
+
+    def load(self, name: str) -> Policy:
+        return load_policy(name, self.dtype, self.device, self.enable_thinking, self.backend, self.prefix_cache_tokens,
+                           self.backend_options)
+
+
+__all__ = ["BACKENDS", "Generation", "LoadOptions", "Policy", "SamplingParams", "load_policy"]

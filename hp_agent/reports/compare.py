@@ -24,13 +24,12 @@ import resource
 import time
 from pathlib import Path
 from typing import Any
-
 import yaml
 
 from hp_agent.config import ConfigError, TrainConfig
-from hp_agent.evaluation import evaluate
+from hp_agent.evaluation import RunPlay, evaluate
 from hp_agent.files import atomic_write_text
-from hp_agent.policies import SamplingParams
+from hp_agent.policies import LoadOptions, SamplingParams
 from hp_agent.reports.compare_config import SETTINGS_FILE, CompareConfig
 from hp_agent.reports.compare_report import summarize, write_report
 from hp_agent.run_folder import checkpoint_dir, checkpoint_step, latest_checkpoint
@@ -79,13 +78,12 @@ def _train_to(config: CompareConfig, method: str, step: int, progress: bool) -> 
 
 def _evaluate_at(config: CompareConfig, method: str | None, step: int, progress: bool) -> None:
     """Evaluate ``method``'s checkpoint at ``step``; ``method=None``: the starting model.
-
-    Evaluation plays as training's rollouts do: restricted to admissible actions and with
-    chat history where the rollout section says so, else a restricted policy would be
-    judged on a decoding it never trained under."""
+    Evaluation plays as training's rollouts do (:class:`~hp_agent.evaluation.RunPlay`), on
+    the device, dtype and backend the runs train with."""
     train_config = config.train_config(method or next(iter(config.methods)))
-    sampling = SamplingParams(train_config.rollout.max_new_tokens, train_config.rollout.temperature,
-                              greedy=config.eval_greedy)
+    play = RunPlay.of(train_config)
+    sampling = SamplingParams(play.max_new_tokens, play.temperature, greedy=config.eval_greedy)
+    load = LoadOptions.from_model_config(train_config.model)
     for split, samples in config.eval_plan():
         output = config.eval_path(method, step, split) if method else config.start_eval_path(split)
         if output.is_file():
@@ -94,21 +92,9 @@ def _evaluate_at(config: CompareConfig, method: str | None, step: int, progress:
         if method and not Path(model).is_dir():
             raise FileNotFoundError(f"no checkpoint of {method} at step {step} ({model}) to evaluate")
         evaluate(env=config.env, model=model, split=split, samples=samples, limit=config.eval_limit,
-                 env_kwargs=_eval_env_kwargs(train_config), sampling=sampling, seed=train_config.trainer.seed,
+                 env_kwargs=play.env_kwargs, sampling=sampling, seed=train_config.trainer.seed,
                  max_turns=config.eval_max_turns, output=output, progress=progress, workers=config.eval_workers,
-                 constrain=train_config.rollout.constrain_to_admissible,
-                 chat_history=train_config.rollout.chat_history)
-
-
-# Training env kwargs that pick the training sample, shorten its episodes or shape its
-# reward: evaluation plays the full held-out split under the env's own step limit (see
-# eval_max_turns) and rewards.
-TRAINING_ONLY_KWARGS = ("split", "num_games", "task_types", "max_steps", "subgoal_reward")
-
-
-def _eval_env_kwargs(train_config: TrainConfig) -> dict[str, Any]:
-    """The training env's kwargs that define the game (source, prompt mode, rewards)."""
-    return {key: value for key, value in train_config.env.kwargs.items() if key not in TRAINING_ONLY_KWARGS}
+                 constrain=play.constrain, chat_history=play.chat_history, load=load)
 
 
 def run_compare(config: CompareConfig, progress: bool = True) -> dict[str, Any]:
