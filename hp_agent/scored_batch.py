@@ -27,9 +27,9 @@ from hp_agent.credit_view import pick_for_view, scored_view
 from hp_agent.distributed import Ranks
 from hp_agent.envs.pool import EnvPool, make_env_pool
 from hp_agent.hindsight import ScoringOptions, TrajectoryScores, score_trajectories, unreplayed_scores
-from hp_agent.policies import Policy, SamplingParams, load_policy
+from hp_agent.policies import LoadOptions, Policy, SamplingParams
 from hp_agent.policies.lora import maybe_apply_lora
-from hp_agent.rollout import Episode, PhaseTimes, collect
+from hp_agent.rollout import Episode, PhaseTimes, collect, sampled_tokens_bound
 from hp_agent.trajectory import Trajectory, usable_indices
 
 
@@ -137,12 +137,26 @@ def training_env_pool(config: TrainConfig, ranks: Ranks) -> EnvPool:
                          reset_timeout=config.env.reset_timeout)
 
 
-def load_training_policy(model: ModelConfig, device: str) -> Policy:
-    """The policy ``model`` describes on ``device``, with its LoRA adapter where it has one."""
-    policy = load_policy(model.name, model.dtype, device, model.enable_thinking, backend=model.backend,
-                         prefix_cache_tokens=model.prefix_cache_tokens,
-                         backend_options=model.vllm.model_dump() if model.backend == "vllm" else None)
+def load_training_policy(model: ModelConfig, device: str, sampled_tokens: int | None = None) -> Policy:
+    """The policy ``model`` describes on ``device``, with its LoRA adapter where it has one.
+    ``sampled_tokens``: the longest sequence it samples (:func:`rollout_tokens`), the vllm
+    engine's default ``max_model_len``; None for a copy that never samples."""
+    options = LoadOptions.from_model_config(model, device)
+    policy = (options if sampled_tokens is None else options.sampling_up_to(sampled_tokens)).load(model.name)
     return maybe_apply_lora(policy, model)  # model.lora_rank > 0: train an adapter only (resumes one)
+
+
+def rollout_tokens(config: TrainConfig, envs: EnvPool) -> int:
+    """The longest sequence the run's rollouts on ``envs`` sample, prompt and answer (the
+    turns: rollout.max_turns, else the env's limit)."""
+    rollout = config.rollout
+    return sampled_tokens_bound(rollout.max_new_tokens, rollout.max_turns or envs.max_turns, rollout.chat_history)
+
+
+def transformers_only(model: ModelConfig) -> ModelConfig:
+    """``model`` on the hf backend: for a process that never samples (one-step-off's learner
+    and its scoring copy), which needs no vLLM engine beside the rollout process's."""
+    return model.model_copy(update={"backend": "hf"})
 
 
 def cpu_seconds(envs: EnvPool) -> float:
@@ -165,6 +179,10 @@ class InlineRollouts:
         self.policy: Policy | None = None
         self.hindsight, self.replay = False, True
         self._jobs: deque[RolloutJob] = deque()
+
+    def training_policy(self, model: ModelConfig, device: str) -> Policy:
+        """The learner's policy, which samples here too (vllm: its engine sized for this run's rollouts)."""
+        return load_training_policy(model, device, rollout_tokens(self.config, self.envs))
 
     def start(self, policy: Policy, version: int, hindsight: bool, replay: bool) -> None:
         self.policy, self.hindsight, self.replay = policy, hindsight, replay

@@ -11,6 +11,7 @@ run from its last complete checkpoint, losing at most the steps in flight.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from contextlib import ExitStack, closing
@@ -26,17 +27,19 @@ from hp_agent.config import TrainConfig, load_config, save_config
 from hp_agent.credit import CreditBatch, CreditOptions, HistoricalBaseline, credit_breakdown, zero_turn_credit
 from hp_agent.credit_rules import CreditRule
 from hp_agent.credit_view import VIEWS_FILE, with_credit
+from hp_agent.devices import check_device
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
 from hp_agent.errors import UserError, UserFileExistsError, UserFileNotFoundError, UserValueError
 from hp_agent.hindsight import TrajectoryScores
 from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
+from hp_agent.memory_plan import check_memory
 from hp_agent.policies import Policy
 from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import PhaseTimes
 from hp_agent.run_folder import latest_checkpoint
 from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, resume_checkpoint, save_checkpoint
-from hp_agent.scored_batch import InlineRollouts, RolloutJob, ScoredBatch, load_training_policy
+from hp_agent.scored_batch import InlineRollouts, RolloutJob, ScoredBatch
 from hp_agent.trajectory import Trajectory, format_token_mask, usable_indices
 
 
@@ -264,6 +267,9 @@ def train(
         config = _as_config(config, overrides)
         name = config.trainer.name or f"{config.env.name}-{config.algo.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir, checkpoint = Path(config.trainer.run_dir) / name, None
+    check_device(config.model.device)  # before a process group or anything else starts on it
+    if config.trainer.check_memory:  # from config.json alone: a run that cannot fit stops before it loads
+        check_memory(config, int(os.environ.get("WORLD_SIZE", "1")))
     ranks = init_from_env(config.model.device)
     run_dir = all_gather(run_dir, ranks)[0]  # rank 0's clock names the run
     # Rank 0 alone looks: it may already have made the folder when another rank got here.
@@ -288,7 +294,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     # The env pool lives where the batches are played: here, or in the rollout process it starts.
     rollouts = resources.enter_context(closing(RolloutProcess(config, ranks, model) if off_policy
                                                else InlineRollouts(config, ranks)))
-    policy = load_training_policy(model, ranks.device(model.device))
+    policy = rollouts.training_policy(model, ranks.device(model.device))  # one-step-off: no vLLM engine here
     if ranks.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)  # only once env and model are known to load
         save_config(config, run_dir / "config.yaml")

@@ -175,30 +175,32 @@ def warm_start(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 # ---- training runs -------------------------------------------------------------------
 
 
-def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path, off_policy_steps: int = 0) -> tuple[int, int]:
-    """Train from ``warm`` with the budget of ``algo`` (a flipped rule: its base's),
-    ``off_policy_steps`` behind (``trainer.off_policy_steps``); return the held-out
-    (successes, episodes) after."""
+def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path, off_policy_steps: int = 0,
+                    backend: str = "hf", steps: int | None = None) -> tuple[int, int]:
+    """Train from ``warm`` with the budget of ``algo`` (a flipped rule: its base's; ``steps``
+    of them where given), ``off_policy_steps`` behind (``trainer.off_policy_steps``), rolled
+    out by ``backend``; return the held-out (successes, episodes) after."""
     budget = BUDGETS[algo.removesuffix("-flipped")]
+    steps = budget.steps if steps is None else steps
     config = {
         "env": {"name": env},
-        "model": {"name": str(warm)},
+        "model": {"name": str(warm), "backend": backend},
         "algo": {"name": algo, "group_size": budget.group_size},
         "rollout": {"max_new_tokens": SAMPLING.max_new_tokens, "temperature": SAMPLING.temperature},
         "learner": {"lr": budget.lr, "mini_batch_prompts": budget.mini_batch_prompts},
         "trainer": {
-            "steps": budget.steps,
+            "steps": steps,
             "prompts_per_step": budget.prompts_per_step,
             "seed": seed,
             "run_dir": str(run_dir),
             "name": f"{env}-{algo}-{seed}",
             "save_trajectories": False,
-            "checkpoint_every": budget.steps,
+            "checkpoint_every": steps,
             "off_policy_steps": off_policy_steps,
         },
     }
     summary = hp_agent.train(config, progress=False)
-    assert summary.steps == budget.steps and summary.grad_records > 0
+    assert summary.steps == steps and summary.grad_records > 0
     return held_out_successes(str(summary.run_dir), env)
 
 

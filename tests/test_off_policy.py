@@ -148,9 +148,12 @@ def test_a_bad_value_is_refused_naming_the_key(value):
         load_config(overrides=[f"trainer.off_policy_steps={value}"])
 
 
-def test_one_step_off_with_the_vllm_backend_is_refused_naming_both_keys():
-    with pytest.raises(ConfigError, match=r"trainer.off_policy_steps=1 needs model.backend=hf.*model.backend=vllm"):
-        load_config(overrides=["trainer.off_policy_steps=1", "model.backend=vllm"])
+def test_one_step_off_takes_the_vllm_backend_but_not_its_sleep_mode():
+    """The rollout process owns the engine (tests/test_vllm_backend.py runs it); sleeping it
+    frees nothing while the learner trains beside it."""
+    assert load_config(overrides=["trainer.off_policy_steps=1", "model.backend=vllm"]).model.backend == "vllm"
+    with pytest.raises(ConfigError, match=r"model.vllm.sleep=true .* trainer.off_policy_steps=1"):
+        load_config(overrides=["trainer.off_policy_steps=1", "model.backend=vllm", "model.vllm.sleep=true"])
 
 
 def test_an_error_in_the_rollout_process_is_raised_by_the_trainer(tmp_path):

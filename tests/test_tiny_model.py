@@ -225,13 +225,15 @@ def test_resolve_missing_folder(tmp_path: Path) -> None:
 
 
 def test_resolve_uncached_hub_id_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Offline (HF_HUB_OFFLINE): nothing to download from; tests/test_hub_download.py covers downloads.
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     start = time.monotonic()
     with pytest.raises(ModelNotFoundError) as error:
         resolve_model("Qwen/Qwen3-8B")
     assert time.monotonic() - start < 2
     message = str(error.value)
-    assert "not in the local Hugging Face cache" in message
+    assert "HF_HUB_OFFLINE is set" in message and "not in the Hugging Face cache" in message and "\n" not in message
     assert "--model /path/to/Qwen3-8B" in message and "--model tiny" in message
 
 
@@ -246,6 +248,7 @@ def test_resolve_cached_hub_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     snapshot = repo / "snapshots" / ("a" * 40)
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
+    (snapshot / "model.safetensors").write_bytes(b"")  # a complete snapshot: config and weights
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("a" * 40)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))

