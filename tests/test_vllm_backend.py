@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -353,13 +355,16 @@ def test_the_cpu_engine_runs_eagerly_on_one_gib_of_kv_cache(policy):
 
 
 @needs_vllm
-def test_eval_sizes_its_engine_for_its_rollouts(monkeypatch):
-    """hp-agent eval --backend vllm: evaluate() loads through LoadOptions, with the bound of its own rollouts."""
-    loaded, load = [], LoadOptions.load
-    monkeypatch.setattr(LoadOptions, "load", lambda options, name: loaded.append(load(options, name)) or loaded[-1])
-    result = hp_agent.evaluate(env="keys", model="tiny", limit=2, sampling=SamplingParams(max_new_tokens=5),
-                               load=LoadOptions(backend="vllm"))
-    assert result.episodes == 2 and loaded[0].max_model_len == PROMPT_TOKENS + 5
+def test_eval_sizes_its_engine_for_its_rollouts():
+    """`hp-agent eval --backend vllm` gets training's default: one keys prompt and its answer.
+    In a process of its own: a second in-process engine's shutdown would tear down the
+    module engine's parallel state. vLLM's INFO log reports the length it took."""
+    command = [sys.executable, "-m", "hp_agent", "eval", "--env", "keys", "--model", "tiny", "--limit", "2",
+               "--max-new-tokens", "5", "--backend", "vllm"]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "INFO"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert f"Using max model len {PROMPT_TOKENS + 5}\n" in done.stdout + done.stderr
 
 
 @needs_vllm
