@@ -402,11 +402,11 @@ def model_config_dict(name: str) -> dict[str, Any]:
 
 
 def available_bytes(device: str) -> int:
-    """Free memory of ``device``: torch.cuda.mem_get_info on CUDA, MemAvailable of /proc/meminfo
-    (host RAM) on the CPU."""
-    if device.startswith("cuda"):
-        import os
+    """Free memory of ``device``: torch.cuda.mem_get_info on CUDA; on the CPU, MemAvailable of
+    /proc/meminfo (host RAM) shared by the ranks on this machine (torchrun's LOCAL_WORLD_SIZE)."""
+    import os
 
+    if device.startswith("cuda"):
         import torch
 
         index = int(device.partition(":")[2] or os.environ.get("LOCAL_RANK", 0))
@@ -415,7 +415,7 @@ def available_bytes(device: str) -> int:
 
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
+            return int(line.split()[1]) * 1024 // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     raise OSError("no MemAvailable in /proc/meminfo")
 
 

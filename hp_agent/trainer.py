@@ -11,7 +11,6 @@ run from its last complete checkpoint, losing at most the steps in flight.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from contextlib import ExitStack, closing
@@ -268,9 +267,9 @@ def train(
         name = config.trainer.name or f"{config.env.name}-{config.algo.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir, checkpoint = Path(config.trainer.run_dir) / name, None
     check_device(config.model.device)  # before a process group or anything else starts on it
-    if config.trainer.check_memory:  # from config.json alone: a run that cannot fit stops before it loads
-        check_memory(config, int(os.environ.get("WORLD_SIZE", "1")))
     ranks = init_from_env(config.model.device)
+    if config.trainer.check_memory:  # from config.json alone: a run that cannot fit stops before it loads
+        _check_memory_on_every_rank(config, ranks)
     run_dir = all_gather(run_dir, ranks)[0]  # rank 0's clock names the run
     # Rank 0 alone looks: it may already have made the folder when another rank got here.
     if resume is None and ranks.is_main and (run_dir / "config.yaml").exists():
@@ -283,6 +282,19 @@ def train(
     # Env workers and log files are closed however the run ends (an error mid-step too).
     with ExitStack() as resources:
         return _train(config, run_dir, checkpoint, resume is not None, progress and ranks.is_main, resources, ranks)
+
+
+def _check_memory_on_every_rank(config: TrainConfig, ranks: Ranks) -> None:
+    """The memory plan against each rank's own device; where one rank's does not fit, every
+    rank stops with its line (a rank stopping alone would leave the others waiting on it)."""
+    try:
+        check_memory(config, ranks.world_size)
+        refusal = None
+    except UserValueError as error:
+        refusal = f"rank {ranks.rank}: {error}" if ranks.enabled else str(error)
+    refused = [line for line in all_gather(refusal, ranks) if line is not None]
+    if refused:
+        raise UserValueError(refused[0])
 
 
 def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming: bool, progress: bool,
