@@ -206,10 +206,13 @@ def _training_state(m: ModelShape, config: TrainConfig, world_size: int) -> _Tra
     Mirrors hp_agent.parallel.TrainModel: with mixed precision and trained weights that are
     not float32 the learner trains a float32 copy (``needs_fp32_copy``); FSDP2 over several
     ranks always trains a separate copy, sharded, keeping the full model that rolls out and
-    scores on every rank, plus the largest unit unsharded (its weights current and
-    prefetched, its gradient before the reduce-scatter). DDP replicates everything. LoRA:
-    a frozen base and an fp32 adapter (peft), so no fp32 copy. ``torch.optim.AdamW`` keeps
-    m and v in the trained parameters' dtype.
+    scores on every rank, plus, gathered: the root unit (embedding, final norm, an untied LM
+    head), which fully_shard keeps unsharded from forward through backward, and its
+    gradient, reduce-scattered only when backward ends; a decoder layer current and one
+    prefetched, and one layer's gradient before its reduce-scatter. DDP replicates
+    everything and its reducer's buckets hold a second copy of the gradients. LoRA: a
+    frozen base and an fp32 adapter (peft), so no fp32 copy. ``torch.optim.AdamW`` keeps m
+    and v in the trained parameters' dtype.
     """
     counts = parameter_counts(m)
     model_bytes = DTYPE_BYTES[config.model.dtype]
@@ -222,17 +225,20 @@ def _training_state(m: ModelShape, config: TrainConfig, world_size: int) -> _Tra
     fp32_copy = mixed and trained_bytes != FP32
     if fp32_copy:
         trained_bytes = FP32
-    sharded = config.learner.parallel == "fsdp2" and world_size > 1
-    if not sharded:
+    gradients = trained * trained_bytes
+    if world_size == 1 or config.learner.parallel == "ddp":
         master = counts.total * FP32 if fp32_copy else 0
-        return _Training(weights, master, trained * trained_bytes, 2 * trained * trained_bytes)
+        buckets = gradients if world_size > 1 else 0  # DDP's reducer copies each gradient into a bucket
+        return _Training(weights, master, gradients + buckets, 2 * gradients)
     copy_bytes = (counts.total * model_bytes + adapter * FP32) if lora else counts.total * trained_bytes
-    unit = max(counts.layer, counts.embedding)  # a decoder layer or the (untied) embedding
-    unit_trained = lora_layer_params(m, lora, config.model.lora_target_modules) if lora else unit
+    root = counts.embedding * (1 if m.tied else 2) + m.hidden
+    layer_trained = lora_layer_params(m, lora, config.model.lora_target_modules) if lora else counts.layer
+    root_trained = 0 if lora else root
     compute_bytes = 2 if mixed else trained_bytes  # FSDP2's MixedPrecisionPolicy gathers bf16
-    return _Training(weights, copy_bytes // world_size + 2 * compute_bytes * unit,
-                     trained * trained_bytes // world_size + unit_trained * trained_bytes,
-                     2 * trained * trained_bytes // world_size)
+    gathered = compute_bytes * (root + 2 * counts.layer)
+    unsharded_gradients = compute_bytes * root_trained + trained_bytes * layer_trained
+    return _Training(weights, copy_bytes // world_size + gathered, gradients // world_size + unsharded_gradients,
+                     2 * gradients // world_size)
 
 
 def _rollout_share(m: ModelShape, config: TrainConfig, device_bytes: int, notes: list[str]) -> int:
@@ -280,7 +286,8 @@ def plan_memory(model_config: dict[str, Any], config: TrainConfig, world_size: i
     persistent = state.weights + state.master + state.gradients + state.adamw
     sharded = config.learner.parallel == "fsdp2" and world_size > 1
     components = {"weights": state.weights, ("FSDP2 shards + gathered units" if sharded else "fp32 master copy"): state.master,
-                  "gradients": state.gradients, "AdamW state": state.adamw}
+                  ("gradients + DDP buckets" if world_size > 1 and not sharded else "gradients"): state.gradients,
+                  "AdamW state": state.adamw}
     learner_phase = acts + logits
     if config.trainer.off_policy_steps:
         share = config.trainer.learner_scoring_share
