@@ -73,7 +73,7 @@ demo: install
 # is printed.
 ALF_WARM = tiny-alfworld-warm
 ALF_STEPS = 24
-ALF_EVAL = --split id --source official --limit 60 --constrain-to-admissible --temperature 1 --seed 0 --max-new-tokens 24
+ALF_EVAL = --split id --source official --limit 60 --constrain-to-admissible --prompt-mode verl-agent --temperature 1 --seed 0 --max-new-tokens 24
 demo-alfworld: install
 	@echo "== ALFWorld: the shipped warm start, $(ALF_STEPS) HP-RLVR steps from it, success before and after on 60 official"
 	@echo "== valid_seen games (docs/results.md has what it measured)."
@@ -82,7 +82,7 @@ demo-alfworld: install
 		> $(DEMO_RUN)-warm-eval.log 2>&1 & before=$$!; \
 	$(BIN)/hp-agent train --env alfworld --model $(ALF_WARM) --name $(notdir $(DEMO_RUN)) --steps $(ALF_STEPS) \
 		trainer.prompts_per_step=8 rollout.max_new_tokens=24 rollout.constrain_to_admissible=true \
-		learner.lr=1e-4 env.num_workers=1 'env.kwargs={source: official, max_steps: 20, task_types: [pick, heat], subgoal_reward: 1.0}' \
+		learner.lr=1e-4 env.num_workers=1 'env.kwargs={prompt_mode: verl-agent, source: official, max_steps: 20, task_types: [pick, heat], subgoal_reward: 1.0}' \
 		|| { kill $$before; exit 1; }; \
 	wait $$before || { cat $(DEMO_RUN)-warm-eval.log; exit 1; }
 	$(BIN)/hp-agent eval --model $(DEMO_RUN) $(ALF_EVAL) --workers 2 --baseline $(DEMO_RUN)-warm-eval.json \

@@ -217,7 +217,8 @@ def eval_command(
     max_turns: Optional[int] = typer.Option(None, min=1, help="A model's most turns per episode (default: the env's limit, ALFWorld 50)."),
     baseline: Optional[Path] = typer.Option(None, help="An earlier evaluation's --output of the same tasks: also print success before and after, with intervals and a one-sided test of the gain."),
     constrain_to_admissible: Optional[bool] = typer.Option(None, "--constrain-to-admissible/--no-constrain-to-admissible", help="Restrict each response to the env's admissible actions, token by token (as rollout.constrain_to_admissible; alfworld, keys, keystep, fetch). Default: a run's own setting, else off.", show_default=False),
-    chat: Optional[bool] = typer.Option(None, "--chat/--no-chat", help="ALFWorld: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far, whose prefix the model reuses. Default: a run's own setting, else off.", show_default=False),
+    prompt_mode: Optional[str] = typer.Option(None, help="ALFWorld's prompt: verl-agent (the published protocol: task, last two steps and the admissible actions, each turn), chat (the conversation; each turn the new text and the admissible actions) or append (the conversation; the task once, then only each turn's new game text, bare actions). Default: a run's own, else append with --constrain-to-admissible, else verl-agent."),
+    chat: Optional[bool] = typer.Option(None, "--chat/--no-chat", help="ALFWorld: --prompt-mode chat, or --prompt-mode verl-agent.", show_default=False),
     thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="Qwen3 chat templates: let the model open a <think> block (default: a run's model.enable_thinking, else off).", show_default=False),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
@@ -253,12 +254,16 @@ def eval_command(
             return
         if before.env != env or (split is not None and before.split != split):
             _fail(f"--baseline {str(baseline)!r} evaluated {before.env}/{before.split}, not {env}/{split or 'its default split'}")
-    if chat and env != "alfworld":
-        _fail(f"--chat is ALFWorld's chat prompt mode; env {env!r} has none")
-    chat_history = chat if chat is not None else played.chat_history
-    env_kwargs = {key: value for key, value in played.env_kwargs.items() if not (chat is False and key == "prompt_mode")}
-    env_kwargs.update({**({"source": source} if source else {}), **({"prompt_mode": "chat"} if chat else {})})
+    mode = prompt_mode or (None if chat is None else "chat" if chat else "verl-agent")
+    if mode is not None and env != "alfworld":
+        _fail(f"--prompt-mode and --chat are ALFWorld's prompt modes; env {env!r} has none")
     constrain = constrain_to_admissible if constrain_to_admissible is not None else played.constrain
+    env_kwargs = {**played.env_kwargs, **({"source": source} if source else {}), **({"prompt_mode": mode} if mode else {})}
+    chat_history = played.chat_history
+    if env == "alfworld":
+        from hp_agent.envs.alfworld.env import prompting
+
+        env_kwargs, chat_history = prompting(env_kwargs, constrain, None if mode else played.chat_history or None)
     result = evaluate(env=env, model=model, split=split, samples=samples, limit=limit, sampling=sampling,
                       env_kwargs=env_kwargs or None, max_turns=max_turns,
                       output=output, progress=True, scripted=policy, workers=workers, seed=seed,
@@ -392,7 +397,8 @@ def data_alfworld(
     max_steps: int = typer.Option(50, help="With --dagger: steps per episode."),
     seed: int = typer.Option(0, help="With --dagger: sampling seed."),
     temperature: float = typer.Option(1.0, help="With --dagger: sampling temperature of the playing model (0: greedy)."),
-    chat: bool = typer.Option(False, help="With --demos/--dagger: prompt as a chat-mode run does (env.kwargs.prompt_mode=chat, rollout.chat_history=true): each turn's prompt is the whole conversation so far."),
+    prompt_mode: Optional[str] = typer.Option(None, help="With --demos/--dagger: ALFWorld's prompt mode, as env.kwargs.prompt_mode: verl-agent, chat or append (the chat and append modes prompt with the whole conversation, as rollout.chat_history). Default: append with --constrain-to-admissible, else verl-agent."),
+    chat: bool = typer.Option(False, help="With --demos/--dagger: --prompt-mode chat."),
     constrain_to_admissible: bool = typer.Option(False, help="With --dagger: the model's replies restricted to the admissible actions, as rollout.constrain_to_admissible (DAgger then visits the states restricted play reaches)."),
     workers: int = typer.Option(2, min=1, help="Processes building or playing games in parallel (--dagger: copies of the model, a share of the games each)."),
     device: str = typer.Option("auto", help="With --dagger: " + DEVICE_HELP),
@@ -416,6 +422,9 @@ def data_alfworld(
     from hp_agent.envs.alfworld.data import find_data_root, missing_data_message
     from hp_agent.scripted_play import expert_demonstrations
 
+    from hp_agent.envs.alfworld.env import prompting
+
+    mode = prompting({"prompt_mode": prompt_mode or ("chat" if chat else None)}, constrain_to_admissible, None)[0]["prompt_mode"]
     build_splits = list(splits or ("train", "id", "ood"))
     unknown = [s for s in build_splits if s not in ("train", "id", "ood")]
     if unknown:
@@ -450,22 +459,24 @@ def data_alfworld(
 
         policy = load_policy(model, device="cpu")  # its tokenizer and chat template alone are used
         won, played = expert_demonstrations(split=split, limit=limit, workers=workers, source=source, progress=True,
-                                            chat=chat)
+                                            prompt_mode=mode)
         write_jsonl(demos, [tokenize_demonstration(t, policy) for t in won])
         console.print(f"demonstrations: the expert won {len(won)} of {played} {split} games; written to {demos}")
     if dagger is not None:
         _write_dagger(dagger, model, build_splits[0] if splits else "train", source, limit, max_steps, seed, temperature,
-                      chat, constrain_to_admissible, workers, _load_options(device, dtype, "hf", None))
+                      mode, constrain_to_admissible, workers, _load_options(device, dtype, "hf", None))
 
 
 def _write_dagger(out: Path, model: str, split: str, source: str, limit: int | None, max_steps: int, seed: int,
-                  temperature: float, chat: bool, constrain: bool, workers: int, load: Any) -> None:
+                  temperature: float, prompt_mode: str, constrain: bool, workers: int, load: Any) -> None:
+    from hp_agent.envs.alfworld.env import CONVERSATION_MODES
     from hp_agent.policies import SamplingParams
     from hp_agent.sft import play_first_tasks
     from hp_agent.trajectory import write_jsonl
 
     kwargs = {"split": split, "source": source, "max_steps": max_steps, **({"num_games": limit} if limit else {}),
-              **({"prompt_mode": "chat"} if chat else {})}
+              "prompt_mode": prompt_mode}
+    chat = prompt_mode in CONVERSATION_MODES
     sampling = SamplingParams(max_new_tokens=32, temperature=max(temperature, 1e-6), greedy=temperature == 0)
     trajectories = play_first_tasks(model, "alfworld", kwargs, limit, sampling, seed=seed, progress=True,
                                     label="dagger", chat_history=chat, constrain=constrain, workers=workers, load=load)

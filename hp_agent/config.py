@@ -190,7 +190,13 @@ class RolloutConfig(_Section):
     )
     max_turns: int | None = Field(None, ge=1, description="Most turns per episode; default: the env's own limit.")
     chat_history: bool = Field(
-        False, description="Multi-turn: prompt with the whole conversation (pair with env.kwargs.prompt_mode=chat for ALFWorld)."
+        False, description="Multi-turn: prompt with the whole conversation. ALFWorld's chat and append prompt modes turn it "
+        "on (they send each turn's new text only)."
+    )
+    history_tokens: int = Field(
+        4096, ge=64, description="With chat_history: the most tokens a turn's prompt may hold. Past it the oldest exchanges "
+        "after the first user message (the task) are dropped until at most half remains, so that the next turns again "
+        "extend one cached prefix. Evaluation bounds at this default.",
     )
     truncated_turn: Literal["keep", "mask", "invalid"] = Field(
         "keep",
@@ -205,7 +211,9 @@ class RolloutConfig(_Section):
         description="Each response is one of the env's admissible actions (info admissible_actions, in its action_template, "
         "e.g. ALFWorld's <action>...</action>; no think block), sampled token by token from the model's distribution "
         "renormalized over the tokens that continue one; scoring (both views of the JSD) and the learner use the same "
-        "renormalized distributions. For envs that list admissible actions (alfworld, keys, keystep, fetch); both backends (vllm: a logits processor).",
+        "renormalized distributions. For envs that list admissible actions (alfworld, keys, keystep, fetch); both backends (vllm: a logits processor). "
+        "On ALFWorld it prompts in env.kwargs.prompt_mode=append (the task once, then only each turn's new game text, no "
+        "action list, bare actions) unless a prompt_mode is named (verl-agent: the published protocol's prompt).",
     )
 
 
@@ -363,6 +371,12 @@ class TrainConfig(_Section):
             raise ValueError(f"model.vllm.sleep=true frees the engine's memory between rollouts of the synchronous loop; with "
                              f"trainer.off_policy_steps={self.trainer.off_policy_steps} the rollout runs beside the learner, "
                              "so the memory is needed at the same time: set model.vllm.sleep=false or trainer.off_policy_steps=0")
+        if self.env.name == "alfworld":  # restricted decoding prompts in append mode unless a mode is named
+            from hp_agent.envs.alfworld.env import prompting
+
+            chat_history = self.rollout.chat_history if "chat_history" in self.rollout.model_fields_set else None
+            self.env.kwargs, self.rollout.chat_history = prompting(self.env.kwargs, self.rollout.constrain_to_admissible,
+                                                                   chat_history)
         if self.rollout.constrain_to_admissible and self.env.kwargs.get("require_think"):
             raise ValueError("rollout.constrain_to_admissible=true writes no think block, so env.kwargs.require_think=true "
                              "would make every action invalid; drop one of the two")

@@ -136,6 +136,20 @@ class TrieWalk:
                 record.append(tokens)
         return allowed_mask(rows, vocab_size, device)
 
+    def forced(self, row: int) -> list[int]:
+        """The tokens that must follow row ``row``'s position, as long as its trie leaves one
+        choice (at most up to the end of the response): walked past and recorded (each
+        allowed alone), so the sampler appends them without a forward pass each."""
+        node, record, run = self.nodes[row], self.allowed[row], []
+        while node is not None and len(node) == 1:
+            token = next(iter(node))
+            run.append(token)
+            if record is not None:
+                record.append([token])
+            node = node[token]
+        self.nodes[row] = node
+        return run
+
     def advance(self, chosen: Sequence[int], finished: Sequence[bool]) -> None:
         """Move every row past its sampled token; a row that ended its turn is free from then on
         (its later tokens are trimmed away)."""

@@ -68,6 +68,7 @@ class Reply:
     logprobs: list[float] = field(default_factory=list)
     finished: bool = True  # False: cut before the end-of-turn token (Turn.truncated)
     allowed: list[list[int] | None] | None = None
+    prompt_messages: list[dict[str, str]] | None = None  # set where the actor shortened the ask's conversation
 
 
 class Actor(Protocol):
@@ -91,19 +92,22 @@ class ModelActor:
     sampling: SamplingParams
     env_name: str
     action_template: str | None = None
+    history_tokens: int | None = None  # rollout.history_tokens: the bound of a chat-history prompt
 
     def start(self, episode: int, seed: int, info: dict[str, Any]) -> None:
         """Nothing to prepare: sampling draws from torch's generator, seeded by the caller."""
 
     def act(self, asks: list[Ask]) -> list[Reply]:
-        prompts = [self.policy.render(ask.messages) for ask in asks]
+        fitted = [bounded_history(ask.messages, self.policy.render, self.history_tokens) for ask in asks]
+        prompts = [prompt_ids for _, prompt_ids in fitted]
         template = self.action_template
         tries = [self._action_trie(ask.info, template) for ask in asks] if template is not None else None
         generations = self.policy.generate(prompts, self.sampling, tries)
-        return [self._reply(prompt_ids, g) for prompt_ids, g in zip(prompts, generations)]
+        return [self._reply(ask, messages, prompt_ids, g) for ask, (messages, prompt_ids), g in zip(asks, fitted, generations)]
 
-    def _reply(self, prompt_ids: list[int], g: Generation) -> Reply:
-        return Reply(self.policy.decode(g.token_ids), prompt_ids, g.token_ids, g.logprobs, g.finished, g.allowed)
+    def _reply(self, ask: Ask, messages: list[dict[str, str]], prompt_ids: list[int], g: Generation) -> Reply:
+        return Reply(self.policy.decode(g.token_ids), prompt_ids, g.token_ids, g.logprobs, g.finished, g.allowed,
+                     messages if messages is not ask.messages else None)
 
     def _action_trie(self, info: dict[str, Any], template: str) -> ActionTrie | None:
         """The trie of the responses a turn may end as: the admissible actions in the env's template.
@@ -124,15 +128,47 @@ class ModelActor:
 # model's tokenizer (a small vocabulary: more tokens per word than Qwen3's): ALFWorld 809
 # (12 train games, 7 turns each), code 403, fetch 94, math 103, keys 57.
 PROMPT_TOKENS = 2048
+# rollout.history_tokens' default (tests/test_prompt_modes.py checks they agree): the bound
+# of a chat-history prompt where no config gives one (evaluation).
+HISTORY_TOKENS = 4096
 
 
-def sampled_tokens_bound(max_new_tokens: int, turns: int, chat_history: bool, prompt_tokens: int = PROMPT_TOKENS) -> int:
+def sampled_tokens_bound(max_new_tokens: int, turns: int, chat_history: bool, history_tokens: int | None = HISTORY_TOKENS,
+                         prompt_tokens: int = PROMPT_TOKENS) -> int:
     """The longest sequence (prompt and answer) that one sampling request of a rollout
     reaches when each turn's own prompt text is at most ``prompt_tokens``: one prompt and
     its answer, or with ``chat_history`` the conversation at its last turn, ``turns``
-    prompts and answers (see :func:`_next_messages`). The vllm engine's default
-    ``max_model_len``; hindsight blocks are scored by the transformers copy, not sampled."""
-    return (turns if chat_history else 1) * (prompt_tokens + max_new_tokens)
+    prompts and answers (see :func:`_next_messages`), at most ``history_tokens`` of prompt
+    (:func:`bounded_history`; the task and the latest observation always stay). The vllm
+    engine's default ``max_model_len``; hindsight blocks are scored by the transformers
+    copy, not sampled."""
+    if not chat_history:
+        return prompt_tokens + max_new_tokens
+    conversation = turns * (prompt_tokens + max_new_tokens)
+    if history_tokens is None:
+        return conversation
+    return min(conversation, max(history_tokens, 2 * prompt_tokens) + max_new_tokens)
+
+
+def bounded_history(messages: list[dict[str, str]], render: Callable[[list[dict[str, str]]], list[int]],
+                    history_tokens: int | None) -> tuple[list[dict[str, str]], list[int]]:
+    """``messages`` and their prompt ids, shortened where they render to more than
+    ``history_tokens`` (None: no bound): the system prompt and the first user message (the
+    task) stay, and the oldest exchanges after them go, an (assistant, user) pair at a
+    time, until at most half the bound is left or only the last answer and the latest
+    observation follow the task (roles still alternate). Halving, not trimming to the bound, lets the following turns again extend one
+    cached prefix for a while instead of each dropping a pair and running everything again."""
+    prompt_ids = render(messages)
+    if history_tokens is None or len(prompt_ids) <= history_tokens:
+        return messages, prompt_ids
+    head = next(i for i, message in enumerate(messages) if message["role"] == "user") + 1
+    kept = messages[head:]
+    while len(kept) > 2:
+        kept = kept[2:]
+        prompt_ids = render(messages[:head] + kept)
+        if len(prompt_ids) <= history_tokens // 2:
+            break
+    return messages[:head] + kept, prompt_ids
 
 
 def prompt_messages(env: TextEnv | EnvPool, observation: str) -> list[dict[str, str]]:
@@ -193,15 +229,19 @@ def collect(
     truncated_invalid: bool = False,
     constrain: bool = False,
     on_wave: Callable[[list[Trajectory]], None] | None = None,
+    history_tokens: int | None = HISTORY_TOKENS,
 ) -> list[Trajectory]:
     """Play ``episodes`` with a model sampled with ``sampling``: :func:`play` with a :class:`ModelActor`.
 
     ``constrain`` (``rollout.constrain_to_admissible``): every response is one of the env's
     ``info["admissible_actions"]`` in its ``action_template``, then the end-of-turn token
     (:mod:`hp_agent.constraint`); each turn records the allowed sets it was sampled among.
+    ``history_tokens`` (``rollout.history_tokens``): with ``chat_history``, the bound of a
+    prompt (:func:`bounded_history`).
     """
     pool = _as_pool(envs)
-    actor = ModelActor(policy, sampling, env_name, pool.action_template if constrain else None)
+    actor = ModelActor(policy, sampling, env_name, pool.action_template if constrain else None,
+                       history_tokens if chat_history else None)
     return play(actor, pool, env_name, episodes, max_turns, seed, times, chat_history, truncated_invalid, on_wave)
 
 
@@ -298,7 +338,7 @@ def _play_wave(
         replies = actor.act(asks)
         times.add("time/generation", time.perf_counter() - started)
         turns = [
-            Turn(ask.messages, reply.prompt_ids, reply.token_ids, reply.logprobs, reply.text,
+            Turn(reply.prompt_messages or ask.messages, reply.prompt_ids, reply.token_ids, reply.logprobs, reply.text,
                  expert_action=ask.info.get("expert_action"), truncated=not reply.finished, allowed=reply.allowed)
             for ask, reply in zip(asks, replies)
         ]

@@ -87,7 +87,7 @@ def play(policy: Policy, envs: EnvPool, config: TrainConfig, job: RolloutJob, ti
     trajectories = collect(policy, envs, config.env.name, episodes, sampling, config.rollout.max_turns,
                            seed=job.first_seed, times=times, chat_history=config.rollout.chat_history,
                            truncated_invalid=config.rollout.truncated_turn == "invalid",
-                           constrain=config.rollout.constrain_to_admissible)
+                           constrain=config.rollout.constrain_to_admissible, history_tokens=config.rollout.history_tokens)
     # vllm with model.vllm.sleep: free the engine's GPU memory (counted with the weight sync that wakes it)
     times.add("time/weight_sync", policy.release_memory())
     for trajectory in trajectories:
@@ -150,7 +150,8 @@ def rollout_tokens(config: TrainConfig, envs: EnvPool) -> int:
     """The longest sequence the run's rollouts on ``envs`` sample, prompt and answer (the
     turns: rollout.max_turns, else the env's limit)."""
     rollout = config.rollout
-    return sampled_tokens_bound(rollout.max_new_tokens, rollout.max_turns or envs.max_turns, rollout.chat_history)
+    return sampled_tokens_bound(rollout.max_new_tokens, rollout.max_turns or envs.max_turns, rollout.chat_history,
+                                rollout.history_tokens)
 
 
 def transformers_only(model: ModelConfig) -> ModelConfig:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hp_agent.envs.alfworld.env import CONVERSATION_MODES
 from hp_agent.envs.alfworld.scripted import ScriptedPolicy, scripted_policy
 from hp_agent.envs.alfworld.sources import resolve_data_root
 from hp_agent.envs.pool import EnvPool, make_env_pool
@@ -24,10 +25,11 @@ from hp_agent.trajectory import Trajectory
 class ScriptedActor:
     """Plays scripted policy ``name``: a fresh :class:`ScriptedPolicy` per episode."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, action_template: str = "<action>{action}</action>") -> None:
         self.name = name
         self._policy = scripted_policy(name)
         self._episodes: dict[int, ScriptedPolicy] = {}  # episode index -> its script
+        self.action_template = action_template  # how a command is written (scripted_pool sets its env's)
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
@@ -38,7 +40,7 @@ class ScriptedActor:
         self._episodes[episode] = self._policy(info, seed)
 
     def act(self, asks: list[Ask]) -> list[Reply]:
-        return [Reply(self._episodes[ask.episode].respond(ask.info)) for ask in asks]
+        return [Reply(self.action_template.format(action=self._episodes[ask.episode].respond(ask.info))) for ask in asks]
 
 
 def scripted_pool(actor: ScriptedActor, env_name: str, env_kwargs: dict[str, Any], workers: int = 1) -> EnvPool:
@@ -47,18 +49,22 @@ def scripted_pool(actor: ScriptedActor, env_name: str, env_kwargs: dict[str, Any
     game's translation is CPU-bound, 0.2-2 s)."""
     if workers < 1:
         raise UserValueError(f"workers must be >= 1, got {workers}")
-    return make_env_pool(env_name, workers, workers if workers > 1 else 0, {**env_kwargs, **actor.env_kwargs})
+    pool = make_env_pool(env_name, workers, workers if workers > 1 else 0, {**env_kwargs, **actor.env_kwargs})
+    actor.action_template = pool.action_template
+    return pool
 
 
 def expert_demonstrations(split: str = "train", limit: int | None = None, workers: int = 1,
-                          source: str = "auto", progress: bool = False, chat: bool = False) -> tuple[list[Trajectory], int]:
+                          source: str = "auto", progress: bool = False,
+                          prompt_mode: str = "verl-agent") -> tuple[list[Trajectory], int]:
     """The expert's won episodes of ``split`` as text (no token ids: an env knows no model),
     and how many episodes were played. Episode ``k`` is seeded ``k``.
 
-    ``chat``: prompted as a chat-mode run is (``prompt_mode="chat"`` and ``rollout.chat_history``):
-    each turn's prompt is the whole conversation so far."""
+    ``prompt_mode``: ALFWorld's; in the chat and append modes each turn's prompt is the
+    whole conversation so far, as a run's (``rollout.chat_history``)."""
     root = resolve_data_root(split, source, num_games=limit)
-    kwargs = {"split": split, "data_root": root, "num_games": limit, **({"prompt_mode": "chat"} if chat else {})}
+    kwargs = {"split": split, "data_root": root, "num_games": limit, "prompt_mode": prompt_mode}
+    chat = prompt_mode in CONVERSATION_MODES
     actor = ScriptedActor("expert")
     won = 0
 

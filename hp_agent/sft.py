@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from hp_agent.batching import span_hidden_states
+from hp_agent.batching import span_hidden_states, token_budget_batches
 from hp_agent.config import TrainConfig
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
@@ -45,36 +45,55 @@ class SFTResult:
     last_loss: float
 
 
-def demonstration_sequences(policy: Policy, env_name: str, env_kwargs: dict | None = None) -> list[tuple[list[int], int]]:
-    """(prompt + response ids, response start) for every demonstration of an env."""
+# A supervised example: token ids, and the [start, end) spans of the tokens it teaches (a
+# response; a chat-history episode's every answer).
+Example = tuple[list[int], list[tuple[int, int]]]
+MICRO_BATCH_TOKENS = 8192  # padded tokens a forward and backward pass of the warm-up holds at once
+
+
+def demonstration_sequences(policy: Policy, env_name: str, env_kwargs: dict | None = None) -> list[Example]:
+    """(prompt + response ids, the response's span) for every demonstration of an env."""
     env = make(env_name, **(env_kwargs or {}))
     sequences = []
     for observation, response in env.demonstrations():
         prompt = policy.render(prompt_messages(env, observation))
-        sequences.append((prompt + _response_ids(policy, response), len(prompt)))
+        ids = prompt + _response_ids(policy, response)
+        sequences.append((ids, [(len(prompt), len(ids))]))
     if not sequences:
         raise UserValueError(f"env {env_name!r} gave no demonstrations")
     return sequences
 
 
-def trajectory_sequences(path: str | Path, vocab_size: int) -> list[tuple[list[int], int]]:
-    """(prompt + action ids, action start) for every turn of a trajectory JSONL file.
+def trajectory_sequences(path: str | Path, vocab_size: int) -> list[Example]:
+    """The turns of a trajectory JSONL file as examples: a turn's prompt + action ids with
+    the action's span, where a turn's prompt begins with the previous turn's prompt and
+    action (a chat-history episode, e.g. ALFWorld's append mode) joined to it, so that an
+    episode is one sequence teaching every answer, its shared prefix run once.
 
     The ids are used as stored (token in, token out); ids outside the model's vocabulary
     mean the file was tokenized for another model.
     """
-    sequences = [
-        (turn.prompt_ids + turn.action_ids, len(turn.prompt_ids))
-        for trajectory in read_jsonl(path)
-        for turn in trajectory.turns
-        if turn.action_ids
-    ]
+    sequences: list[Example] = []
+    for trajectory in read_jsonl(path):
+        ids: list[int] = []
+        spans: list[tuple[int, int]] = []
+        for turn in trajectory.turns:
+            if not turn.action_ids:
+                continue
+            if not ids or turn.prompt_ids[: len(ids)] != ids:
+                if ids:
+                    sequences.append((ids, spans))
+                spans = []
+            ids = turn.prompt_ids + turn.action_ids
+            spans.append((len(turn.prompt_ids), len(ids)))
+        if ids:
+            sequences.append((ids, spans))
     if not sequences:
         raise UserValueError(f"{path}: no turns with action tokens to learn from")
     return _within_vocabulary(path, sequences, vocab_size)
 
 
-def _within_vocabulary(path: str | Path, sequences: list[tuple[list[int], int]], vocab_size: int) -> list[tuple[list[int], int]]:
+def _within_vocabulary(path: str | Path, sequences: list[Example], vocab_size: int) -> list[Example]:
     """``sequences``, after checking that a file's stored ids fit the model being warmed up."""
     largest = max(max(ids) for ids, _ in sequences)
     if largest >= vocab_size:
@@ -97,7 +116,7 @@ class WarmupState:
 
 def supervised_warmup(
     policy: Policy,
-    sequences: list[tuple[list[int], int]],
+    sequences: list[Example],
     steps: int,
     batch_size: int,
     lr: float,
@@ -115,7 +134,8 @@ def supervised_warmup(
     dtype, on the model's own (float32) weights, gradients and AdamW state.
 
     The loss is the mean NLL of the response tokens plus ``prompt_loss`` times that of the
-    prompt tokens (0: responses only).
+    prompt tokens (0: responses only). A batch runs in micro-batches of at most
+    ``MICRO_BATCH_TOKENS`` padded tokens, their gradients summed: the same update.
 
     ``resume`` continues an earlier call (same sequences and settings); ``save`` receives
     the state every ``save_every`` steps, after the weights of that step.
@@ -137,10 +157,14 @@ def supervised_warmup(
     with LoopProgress("sft", steps, enabled=progress, every=LOG_EVERY, completed=len(losses)) as bar:
         for step in range(len(losses), steps):
             batch = shuffle.sample(sequences, min(batch_size, len(sequences)))
-            with compute:
-                loss = _batch_loss(policy, batch, pad_id, prompt_loss)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            counts = _token_counts(batch, prompt_loss)
+            loss = torch.zeros(())
+            for micro in token_budget_batches([len(ids) for ids, _ in batch], MICRO_BATCH_TOKENS):
+                with compute:
+                    part = _batch_loss(policy, [batch[i] for i in micro], pad_id, prompt_loss, counts)
+                part.backward()
+                loss += part.detach().float().cpu()
             torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
@@ -153,21 +177,27 @@ def supervised_warmup(
     return losses
 
 
-def expert_label_sequences(policy: Policy, path: str | Path) -> list[tuple[list[int], int]]:
+def expert_label_sequences(policy: Policy, path: str | Path) -> list[Example]:
     """DAgger: (prompt ids + the expert's advice, advice start) for every distinct turn of
     ``path`` that recorded one (:attr:`Turn.expert_action`), whatever action was taken
     there. A policy stuck in a loop sees one prompt many times: it is learnt once."""
     unique = {
-        (tuple(turn.prompt_ids), turn.expert_action)
+        (tuple(turn.prompt_ids), _as_taken(turn.action_text).format(action=turn.expert_action))
         for trajectory in read_jsonl(path)
         for turn in trajectory.turns
         if turn.expert_action
     }
-    sequences = [(list(prompt) + _response_ids(policy, f"<action>{advice}</action>"), len(prompt))
-                 for prompt, advice in sorted(unique)]
+    labelled = [(list(prompt), list(prompt) + _response_ids(policy, advice)) for prompt, advice in sorted(unique)]
+    sequences = [(ids, [(len(prompt), len(ids))]) for prompt, ids in labelled]
     if not sequences:
         raise UserValueError(f"{path}: no turn records the expert's advice (write it with `hp-agent data alfworld --dagger`)")
     return _within_vocabulary(path, sequences, policy.model.get_input_embeddings().num_embeddings)
+
+
+def _as_taken(action_text: str) -> str:
+    """The action template a turn was answered in: ALFWorld's tagged one, or the bare
+    action of its append mode."""
+    return "<action>{action}</action>" if action_text.lstrip().startswith("<action>") else "{action}"
 
 
 def _response_ids(policy: Policy, response: str) -> list[int]:
@@ -216,27 +246,43 @@ def play_first_tasks(policy: Policy | str, env_name: str, env_kwargs: dict, limi
             env.close()
 
 
-def _batch_loss(policy: Policy, batch: list[tuple[list[int], int]], pad_id: int, prompt_loss: float) -> torch.Tensor:
-    """Mean response NLL, plus ``prompt_loss`` x mean prompt NLL. Predicting the prompt too
-    (an env's observations, its admissible actions that repeat what was observed) gives
-    a small model many more copying examples per sequence than the response alone."""
-    first = [1 if prompt_loss > 0 else start for _, start in batch]
-    hidden = span_hidden_states(policy, [s for s, _ in batch], [(a, len(s)) for a, (s, _) in zip(first, batch)], 1 << 20, pad_id)
+def _token_counts(batch: list[Example], prompt_loss: float) -> tuple[int, int]:
+    """Response and prompt tokens of a batch (the prompt's from the second token, and only
+    where ``prompt_loss`` > 0): the means' denominators, for every micro-batch alike."""
+    response = sum(end - start for _, spans in batch for start, end in spans)
+    prompt = sum(len(ids) - 1 for ids, _ in batch) - response if prompt_loss > 0 else 0
+    return response, prompt
+
+
+def _batch_loss(policy: Policy, batch: list[Example], pad_id: int, prompt_loss: float,
+                counts: tuple[int, int]) -> torch.Tensor:
+    """This micro-batch's share of the batch's mean response NLL, plus ``prompt_loss`` x
+    mean prompt NLL (``counts``: the batch's response and prompt tokens). Predicting the
+    prompt too (an env's observations, its admissible actions that repeat what was
+    observed) gives a small model many more copying examples per sequence than the
+    response alone."""
+    first = [1 if prompt_loss > 0 else spans[0][0] for _, spans in batch]
+    hidden = span_hidden_states(policy, [ids for ids, _ in batch], [(a, len(ids)) for a, (ids, _) in zip(first, batch)],
+                                1 << 20, pad_id)
     response, prompt = [], []
-    for h, a, (s, start) in zip(hidden, first, batch):
-        logprobs = chunked_logprobs(h, torch.tensor(s[a:]), policy.project)
-        prompt.append(logprobs[: start - a])
-        response.append(logprobs[start - a :])
-    loss = -torch.cat(response).mean()
+    for h, a, (ids, spans) in zip(hidden, first, batch):
+        logprobs = chunked_logprobs(h, torch.tensor(ids[a:]), policy.project)
+        taught = torch.zeros(len(ids) - a, dtype=torch.bool)
+        for start, end in spans:
+            taught[start - a : end - a] = True
+        response.append(logprobs[taught])
+        prompt.append(logprobs[~taught])
+    response_tokens, prompt_tokens = counts
+    loss = -torch.cat(response).sum() / response_tokens
     if prompt_loss > 0:
-        loss = loss - prompt_loss * torch.cat(prompt).mean()
+        loss = loss - prompt_loss * torch.cat(prompt).sum() / max(prompt_tokens, 1)
     return loss
 
 
-def hindsight_copies(policy: Policy, trajectories: list[Trajectory], options: ScoringOptions) -> list[tuple[list[int], int]]:
+def hindsight_copies(policy: Policy, trajectories: list[Trajectory], options: ScoringOptions) -> list[Example]:
     """Every segment of every trajectory with its privileged block, as the hindsight scorer
-    renders it: (hindsight prompt + segment ids, segment start)."""
-    return [(ids, hindsight_span(segment, ids)[0]) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
+    renders it: (hindsight prompt + segment ids, the segment's span)."""
+    return [(ids, [hindsight_span(segment, ids)]) for _, segment, ids in hindsight_sequences(policy, trajectories, options)]
 
 
 def sft(

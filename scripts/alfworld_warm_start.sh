@@ -19,43 +19,51 @@
 #
 # Everything goes to $ROOT (default runs/warm). One torch thread per process. MODEL
 # (default tiny-alfworld: the tiny model whose tokenizer holds ALFRED's names as single
-# tokens) tokenizes the demonstrations and is where `sft` starts.
+# tokens) tokenizes the demonstrations and is where `sft` starts. PROMPT (default
+# verl-agent, the tiny warm start's) is ALFWorld's prompt mode of the demonstrations and
+# the evaluation; with PROMPT=append (restricted decoding's) `eval` plays restricted.
+#
+# The smollm2-135m warm start (docs/results.md, issue 46), append mode:
+#   ROOT=runs/warm-smol MODEL=smollm2-135m PROMPT=append COUNT=600 LIMIT=600 WORKERS=2 scripts/alfworld_warm_start.sh demos-synth
+#   ROOT=runs/warm-smol MODEL=smollm2-135m PROMPT=append scripts/alfworld_warm_start.sh sft smol-S600 STEPS runs/warm-smol/demos-synth600.jsonl --lr 1e-4
 set -euo pipefail
 root=${ROOT:-runs/warm}
 bin=${BIN:-.venv/bin}
 model=${MODEL:-tiny-alfworld}
+prompt=${PROMPT:-verl-agent}
+restricted=$([ "$prompt" = append ] && echo --constrain-to-admissible || true)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$root"
 stage=${1:?stage: demos-official, demos-alfred, demos-synth, sft, eval, ship}
 shift
 case "$stage" in
   demos-official)
-    [ -f "$root/demos-official.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-official.jsonl" --source official --model "$model" --workers "${WORKERS:-1}" ;;
+    [ -f "$root/demos-official.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-official.jsonl" --source official --model "$model" --workers "${WORKERS:-1}" --prompt-mode "$prompt" ;;
   demos-alfred)
     # ALFRED's train trials rebuilt as games (about 60% kept), then the expert's won episodes.
     "$bin/hp-agent" data alfworld --from-alfred "${ALFRED:-../shared/data/alfred_json_2.1.0_trimmed.tar.gz}" --split train \
       --count "${COUNT:-1500}" --workers "${WORKERS:-1}"
     [ -f "$root/demos-alfred.jsonl" ] || "$bin/hp-agent" data alfworld --demos "$root/demos-alfred.jsonl" --source alfred --model "$model" \
-      --workers "${WORKERS:-1}" ${LIMIT:+--limit "$LIMIT"} ;;
+      --workers "${WORKERS:-1}" ${LIMIT:+--limit "$LIMIT"} --prompt-mode "$prompt" ;;
   demos-synth)
     "$bin/hp-agent" data alfworld --build --split train --count "${COUNT:-600}" --workers "${WORKERS:-1}"
     out="$root/demos-synth${LIMIT:-}.jsonl"
     [ -f "$out" ] || "$bin/hp-agent" data alfworld --demos "$out" --source synth --model "$model" --workers "${WORKERS:-1}" \
-      ${LIMIT:+--limit "$LIMIT"} ;;
+      ${LIMIT:+--limit "$LIMIT"} --prompt-mode "$prompt" ;;
   sft)
     name=${1:?sft NAME STEPS DATA[,DATA...] [flags]}; steps=${2:?steps}; data=${3:?data files}; shift 3
     if [ ! -f "$root/$name/config.json" ]; then
       merged="$root/$name.data.jsonl"
       # shellcheck disable=SC2046
       cat $(echo "$data" | tr ',' ' ') > "$merged"
-      "$bin/hp-agent" sft --data "$merged" --model "$model" --steps "$steps" --batch-size 16 --out "$root/$name" "$@"
+      "$bin/hp-agent" sft --data "$merged" --model "$model" --steps "$steps" --batch-size "${BATCH:-16}" --out "$root/$name" "$@"
       rm -f "$merged"
     fi ;;
   eval)
     name=${1:?eval NAME SPLIT [LIMIT]}; split=${2:?split}; limit=${3:-}
     out="$root/$name/eval-$split${limit:+-$limit}.json"
     [ -f "$out" ] || "$bin/hp-agent" eval --model "$root/$name" --split "$split" --source official --greedy \
-      --max-new-tokens 24 ${limit:+--limit "$limit"} --output "$out"
+      --max-new-tokens 24 ${limit:+--limit "$limit"} --prompt-mode "$prompt" $restricted --workers "${WORKERS:-1}" --output "$out"
     cat "$out" ;;
   ship)
     name=${1:?ship NAME}; shipped=hp_agent/policies/warm_starts/tiny-alfworld-warm

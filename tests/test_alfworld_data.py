@@ -66,7 +66,7 @@ def test_dagger_turns_carry_the_experts_advice_for_the_state_they_were_in(tmp_pa
     write_jsonl(out, played + played)  # a repeated state is learnt once
     sequences = expert_label_sequences(tiny_policy, out)
     assert len(sequences) == len({(tuple(turn.prompt_ids), turn.expert_action) for t in played for turn in t.turns})
-    labels = {tiny_policy.decode(ids[start:]) for ids, start in sequences}
+    labels = {tiny_policy.decode(ids[spans[0][0]:]) for ids, spans in sequences}
     assert labels == {f"<action>{turn.expert_action}</action>" for t in played for turn in t.turns}
     played[0].turns[0].prompt_ids[0] = tiny_policy.model.config.vocab_size  # as if tokenized for another model
     write_jsonl(out, played)
@@ -79,13 +79,13 @@ def test_dagger_turns_carry_the_experts_advice_for_the_state_they_were_in(tmp_pa
 
 
 def test_chat_mode_demonstrations_are_prompted_as_a_chat_mode_run(tiny_policy):
-    """With chat=True each turn's prompt is the whole conversation so far, as the RL
+    """With prompt_mode=chat each turn's prompt is the whole conversation so far, as the RL
     rollout of a chat-mode run (prompt_mode=chat, rollout.chat_history) prompts that state."""
     from hp_agent.envs import make
     from hp_agent.policies import SamplingParams
     from hp_agent.rollout import Episode, collect
 
-    (won,), played = expert_demonstrations(split="id", limit=1, chat=True)
+    (won,), played = expert_demonstrations(split="id", limit=1, prompt_mode="chat")
     env = make("alfworld", split="id", num_games=1, prompt_mode="chat")
     observation, _ = env.reset(seed=0, options={"task_id": won.task_id})  # the demonstration's episode 0, seed 0
     conversation = [{"role": "user", "content": observation}]

@@ -91,12 +91,12 @@ def test_preallocated_layer_appends_without_copying_until_full() -> None:
     layer = PreallocatedLayer(capacity=4)
     first = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).reshape(2, 1, 3, 2)
     keys, _ = layer.update(first, -first)
-    buffer = layer._buffers[0]
+    buffer = layer.buffers[0]
     keys, values = layer.update(torch.ones(2, 1, 1, 2), -torch.ones(2, 1, 1, 2))
     assert keys.data_ptr() == buffer.data_ptr()  # written in place: no new tensor
     assert torch.equal(keys, torch.cat([first, torch.ones(2, 1, 1, 2)], dim=-2)) and torch.equal(values, -keys)
     keys, _ = layer.update(torch.full((2, 1, 1, 2), 7.0), torch.zeros(2, 1, 1, 2))  # fifth slot: the buffer doubles
-    assert keys.shape[-2] == 5 and layer._buffers[0].shape[-2] == 10
+    assert keys.shape[-2] == 5 and layer.buffers[0].shape[-2] == 10
     assert torch.equal(keys[..., :4, :], torch.cat([first, torch.ones(2, 1, 1, 2)], dim=-2)) and bool((keys[..., 4, :] == 7).all())
     assert isinstance(batch_past([(None, 0)])[0], Cache)
 
@@ -111,3 +111,28 @@ def test_preallocated_layer_starts_over_after_a_reset() -> None:
     layer.reset()
     keys, _ = layer.update(torch.full((1, 1, 1, 2), 5.0), torch.zeros(1, 1, 1, 2))
     assert keys.shape[-2] == 1 and bool((keys == 5).all())
+
+
+def test_grouped_attention_of_several_queries_matches_sdpa_without_gradients() -> None:
+    """A pass of several new tokens over a cached prefix (a turn's new text, forced tokens,
+    scoring): the grouped layout gives transformers' sdpa attention, each query under its
+    own mask row; a query paired with the wrong mask row would differ."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(0)
+    query, key, value = torch.randn(2, 6, 4, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    mask = torch.ones(2, 1, 4, 9, dtype=torch.bool).tril(diagonal=5)  # causal over the 4 new of 9 keys
+    mask[1, ..., :3] = False  # row 1's padding
+
+    class Module(torch.nn.Module):
+        num_key_value_groups = 3
+        is_causal = True
+        training = False
+
+    with torch.no_grad():
+        ours, _ = decode_sdpa_attention(Module(), query, key, value, mask)
+        theirs, _ = sdpa_attention_forward(Module(), query, key, value, mask)
+        shifted, _ = sdpa_attention_forward(Module(), query, key, value, mask.flip(2))
+    assert ours.shape == theirs.shape == (2, 4, 6, 8)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    assert not torch.allclose(ours, shifted, atol=1e-3)

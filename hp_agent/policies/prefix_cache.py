@@ -20,7 +20,7 @@ without moving its counter, and the stale keys then shifted the scorer's log-pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -173,7 +173,7 @@ class PreallocatedLayer(DynamicLayer):
     def fill(self, buffers: list[torch.Tensor], length: int) -> PreallocatedLayer:
         """Take ``buffers`` ([keys, values]) whose first ``length`` slots are filled."""
         self.dtype, self.device, self.is_initialized = buffers[0].dtype, buffers[0].device, True
-        self._buffers = buffers
+        self.buffers = buffers
         self.keys, self.values = (buffer[..., :length, :] for buffer in buffers)
         return self
 
@@ -182,11 +182,11 @@ class PreallocatedLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         start = self.keys.shape[-2]
         end = start + key_states.shape[-2]
-        if end > self._buffers[0].shape[-2]:
-            self._buffers = [_grown(buffer, start, 2 * end) for buffer in self._buffers]
-        for buffer, states in zip(self._buffers, (key_states, value_states)):
+        if end > self.buffers[0].shape[-2]:
+            self.buffers = [_grown(buffer, start, 2 * end) for buffer in self.buffers]
+        for buffer, states in zip(self.buffers, (key_states, value_states)):
             buffer[..., start:end, :] = states
-        self.fill(self._buffers, end)
+        self.fill(self.buffers, end)
         return self.keys, self.values
 
 
@@ -196,15 +196,20 @@ def _grown(buffer: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
     return grown
 
 
-def batch_past(hits: Sequence[tuple[CachedSequence | None, int]], new_tokens: int = 0) -> tuple[Cache, int]:
+def batch_past(hits: Sequence[tuple[CachedSequence | None, int]], new_tokens: int = 0,
+               empty: Callable[[int, int], list[list[torch.Tensor]]] | None = None) -> tuple[Cache, int]:
     """A batched cache holding row i's reused keys and values right-aligned in ``width``
     slots (the slots before them are padding for the attention mask to hide; zeros, since
     a masked value still enters attention times 0), with room for ``new_tokens`` more;
-    returns it and ``width``, the longest reuse."""
+    returns it and ``width``, the longest reuse. Nothing reused: ``empty(rows, capacity)``
+    gives every layer's zeroed [keys, values] buffers, or without it the buffers are made
+    on the first pass (which must then fill every slot)."""
     width = max(reused for _, reused in hits)
     capacity = width + new_tokens
     if width == 0:
-        return Cache(layer_class_to_replicate=partial(PreallocatedLayer, capacity)), 0
+        if empty is None:
+            return Cache(layer_class_to_replicate=partial(PreallocatedLayer, capacity)), 0
+        return Cache(layers=[PreallocatedLayer(capacity).fill(buffers, 0) for buffers in empty(len(hits), capacity)]), 0
     template = next(entry for entry, reused in hits if reused)
     layers = []
     for layer in range(len(template.keys)):

@@ -22,6 +22,14 @@ alfworld.py`` and ``env_manager.py``) so success rates compare with published ru
 
 ``prompt_mode="chat"``: the first observation is the same; later observations hold only
 the new game text and the admissible actions, for rollouts that keep the whole chat.
+
+``prompt_mode="append"``, for restricted decoding (``rollout.constrain_to_admissible``, whose
+default it is) and small models: a short instruction and the game's intro once, then each
+turn only the game's answer to the action, so that the conversation grows by appending
+and every turn reuses the keys and values of all earlier ones. The admissible actions
+are left out (the decoder restricts to them; ``list_actions=True`` lists them), and the
+response is the bare action, without tags: it plays its first line, lowercased, and is
+invalid (costing ``invalid_penalty``) where that is not an admissible action.
 """
 
 from __future__ import annotations
@@ -71,9 +79,17 @@ TEMPLATE = (
 # Chat mode: one user turn per step; the instructions were given in the first turn.
 CHAT_TURN_TEMPLATE = """{current_observation}
 Your admissible actions of the current situation are: [{admissible_actions}]."""
+# Append mode: the instruction once, then the game's text alone (and the actions with list_actions).
+APPEND_FIRST_TEMPLATE = (
+    "You are an expert agent operating in the ALFRED Embodied Environment. Each turn, reply with one "
+    "admissible action.\n{current_observation}"
+)
+ACTIONS_LINE = "\nAdmissible actions: [{admissible_actions}]."
 
 HISTORY_ENTRY = "[Observation {step}: '{observation}', Action {step}: '{action}']"
-PROMPT_MODES: tuple[str, ...] = ("verl-agent", "chat")
+PROMPT_MODES: tuple[str, ...] = ("verl-agent", "chat", "append")
+# Modes whose observations after the first hold only new text: the rollout keeps the conversation.
+CONVERSATION_MODES: tuple[str, ...] = ("chat", "append")
 TASK_MARKER = "Your task is to: "
 INVALID_TAIL_CHARS = 30  # verl-agent's projection keeps this much of an unparsable response
 _ACTION_TAGS = re.compile(r"<action>(.*?)</action>", re.DOTALL)
@@ -93,6 +109,31 @@ def parse_action(response: str, require_think: bool = False) -> tuple[str, bool]
         return lowered[-INVALID_TAIL_CHARS:], False
     well_formed = not require_think or ("<think>" in response and "</think>" in response)
     return match.group(1).strip(), well_formed
+
+
+def parse_bare_action(response: str, admissible: list[str]) -> tuple[str, bool]:
+    """Append mode's projection: the first line, lowercased and stripped; well formed where
+    it is one of the ``admissible`` actions.
+
+    >>> parse_bare_action(" Go to desk 1\nmore", ["go to desk 1"])
+    ('go to desk 1', True)
+    """
+    lines = response.strip().lower().splitlines()
+    command = lines[0].strip() if lines else ""
+    return command, command in admissible
+
+
+def prompting(kwargs: dict[str, Any], constrain: bool, chat_history: bool | None) -> tuple[dict[str, Any], bool]:
+    """The env kwargs and ``rollout.chat_history`` a run or an evaluation plays ALFWorld with:
+    restricted decoding defaults to ``prompt_mode="append"``, and a mode whose later
+    observations hold only new text needs the conversation kept (``chat_history`` None:
+    not set, so it follows the mode; False with such a mode is refused)."""
+    mode = kwargs.get("prompt_mode") or ("append" if constrain else "verl-agent")
+    if mode in CONVERSATION_MODES and chat_history is False:
+        raise UserValueError(f"env.kwargs.prompt_mode={mode} sends each turn's new text only, so it needs "
+                             "rollout.chat_history=true (the whole conversation as the prompt); for a prompt without "
+                             "the conversation set env.kwargs.prompt_mode=verl-agent")
+    return {**kwargs, "prompt_mode": mode}, bool(chat_history) or mode in CONVERSATION_MODES
 
 
 def offered_actions(admissible_commands: list[str]) -> list[str]:
@@ -156,8 +197,12 @@ class AlfworldEnv(TextEnv):
     num_games:      keep the first ``num_games`` games of :meth:`task_ids` (which cycles
                     through the task types, so any prefix is balanced).
     history_length: steps of history in each prompt (verl-agent: 2).
-    prompt_mode:    ``"verl-agent"`` (full prompt every step) or ``"chat"`` (new text only).
-    invalid_penalty: subtracted from the reward of each step without ``<action>`` tags.
+    prompt_mode:    ``"verl-agent"`` (full prompt every step), ``"chat"`` (new text and the
+                    admissible actions) or ``"append"`` (new text only, bare actions).
+    list_actions:   list the admissible actions in each prompt; None: as the mode does
+                    (verl-agent and chat list them, append does not).
+    invalid_penalty: subtracted from the reward of each step without ``<action>`` tags (in
+                    append mode: each step whose action is not admissible).
     subgoal_reward: shaping paid once per episode for holding an object of the task's type
                     and once for heating/cooling/cleaning it or lighting the lamp with it
                     (:mod:`hp_agent.envs.alfworld.subgoals`); 0 (verl-agent) pays none. For
@@ -190,12 +235,15 @@ class AlfworldEnv(TextEnv):
     def __init__(self, split: str = "train", source: str = "auto", data_root: str | Path | None = None,
                  task_types: list[str] | tuple[str, ...] | None = None, max_steps: int = 50,
                  num_games: int | None = None, history_length: int = 2, prompt_mode: str = "verl-agent",
+                 list_actions: bool | None = None,
                  invalid_penalty: float = 0.1, win_reward: float = 10.0, require_think: bool = False,
                  expert: bool = True, speedups: bool = True, walkthrough_info: bool = False,
                  subgoal_reward: float = 0.0):
         super().__init__()
         if prompt_mode not in PROMPT_MODES:
             raise UserValueError(f"unknown prompt_mode {prompt_mode!r}; valid: {', '.join(PROMPT_MODES)}")
+        if list_actions is False and prompt_mode != "append":
+            raise UserValueError(f"list_actions=false is append mode's; prompt_mode={prompt_mode} always lists the actions")
         if max_steps < 1:
             raise UserValueError(f"max_steps must be >= 1, got {max_steps}")
         if history_length < 0:
@@ -210,6 +258,9 @@ class AlfworldEnv(TextEnv):
         self.max_steps = self.max_turns = max_steps
         self.history_length = history_length
         self.prompt_mode = prompt_mode
+        self.list_actions = prompt_mode != "append" if list_actions is None else bool(list_actions)
+        if prompt_mode == "append":
+            self.action_template = "{action}"  # type: ignore[misc]  # the bare action, no tags
         self.invalid_penalty = float(invalid_penalty)
         self.subgoal_reward = float(subgoal_reward)
         self.win_reward = float(win_reward)
@@ -271,7 +322,10 @@ class AlfworldEnv(TextEnv):
             raise RuntimeError("AlfworldEnv.step() called before reset()")
         if episode.done:
             raise RuntimeError("AlfworldEnv episode is over; call reset() first")
-        command, valid = parse_action(action, self.require_think)
+        if self.prompt_mode == "append":
+            command, valid = parse_bare_action(action, episode.actions)
+        else:
+            command, valid = parse_action(action, self.require_think)
         result = self._engine.step(command)
         episode.history.append((episode.feedback, command))
         episode.feedback = result.feedback
@@ -323,6 +377,10 @@ class AlfworldEnv(TextEnv):
         assert episode is not None
         actions = format_actions(episode.actions)
         steps = len(episode.history)
+        if self.prompt_mode == "append":
+            listed = ACTIONS_LINE.format(admissible_actions=actions) if self.list_actions else ""
+            return (APPEND_FIRST_TEMPLATE.format(current_observation=episode.feedback) if steps == 0
+                    else episode.feedback) + listed
         if steps == 0 or self.history_length == 0:
             # verl-agent uses the no-history template whenever history is off, too.
             return TEMPLATE_NO_HISTORY.format(current_observation=episode.feedback, admissible_actions=actions)
@@ -424,7 +482,7 @@ def _expert_pairs(env: AlfworldEnv, task_id: str, steps: int) -> Iterator[tuple[
         action = info["expert_action"]
         if action is None:
             return
-        response = f"<action>{action}</action>"
+        response = env.action_template.format(action=action)
         yield observation, response
         observation, _, terminated, truncated, info = env.step(response)
         if terminated or truncated:

@@ -23,11 +23,6 @@ SCRIPTED_POLICIES: tuple[str, ...] = ("walkthrough", "expert", "random")
 FALLBACK_ACTION = "look"  # what a policy plays when its script has nothing left to say
 
 
-def as_response(command: str) -> str:
-    """A command written the way the env parses actions."""
-    return f"<action>{command}</action>"
-
-
 class ScriptedPolicy:
     """One episode's script: built from the reset's info and seed, it answers from the env's info, not from a model."""
 
@@ -38,7 +33,8 @@ class ScriptedPolicy:
         """The episode began: ``info`` is its reset's."""
 
     def respond(self, info: dict[str, Any]) -> str:
-        """The response to the state that ``info`` (the last reset/step info) describes."""
+        """The command to play in the state that ``info`` (the last reset/step info) describes
+        (the actor writes it in the env's ``action_template``)."""
         raise NotImplementedError
 
 
@@ -57,7 +53,7 @@ class WalkthroughPolicy(ScriptedPolicy):
         self._commands = list(info["walkthrough"])
 
     def respond(self, info: dict[str, Any]) -> str:
-        return as_response(self._commands.pop(0) if self._commands else FALLBACK_ACTION)
+        return self._commands.pop(0) if self._commands else FALLBACK_ACTION
 
 
 class ExpertPolicy(ScriptedPolicy):
@@ -69,7 +65,7 @@ class ExpertPolicy(ScriptedPolicy):
     def respond(self, info: dict[str, Any]) -> str:
         if "expert_action" not in info:
             raise KeyError("info has no 'expert_action'; the expert policy needs AlfworldEnv(expert=True)")
-        return as_response(info["expert_action"] or FALLBACK_ACTION)
+        return info["expert_action"] or FALLBACK_ACTION
 
 
 class RandomPolicy(ScriptedPolicy):
@@ -84,7 +80,7 @@ class RandomPolicy(ScriptedPolicy):
         actions = info.get("admissible_actions")
         if not actions:
             raise KeyError("info has no 'admissible_actions'; the random policy needs a multi-turn env")
-        return as_response(self._rng.choice(actions))
+        return self._rng.choice(actions)
 
 
 _POLICIES: dict[str, type[ScriptedPolicy]] = {policy.name: policy for policy in (WalkthroughPolicy, ExpertPolicy, RandomPolicy)}
