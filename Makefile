@@ -132,6 +132,8 @@ bench: install
 	$(BIN)/python bench/code_verify.py
 	$(BIN)/python bench/model_size.py --repeats 2
 	$(BIN)/python bench/pretrained.py
+	$(BIN)/python bench/alfworld_turns.py --games 4 --turns 10 --modes verl-agent chat append
+	$(BIN)/python bench/alfworld_turns.py --games 16 --turns 20 --modes append --dtype bfloat16
 
 bench-vllm: $(VLLM_STAMP)
 	.venv-vllm/bin/python bench/generation.py

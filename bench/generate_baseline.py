@@ -8,7 +8,7 @@ import torch
 from transformers import GenerationConfig
 
 from hp_agent.policies import Generation, SamplingParams
-from hp_agent.policies.hf import HFPolicy
+from hp_agent.policies.hf import Answer, HFPolicy
 
 
 class GeneratePolicy(HFPolicy):
@@ -32,4 +32,4 @@ class GeneratePolicy(HFPolicy):
         config = GenerationConfig(max_new_tokens=sampling.max_new_tokens, eos_token_id=self.eos_token_id,
                                   pad_token_id=self.pad_token_id, **sampler)
         new_ids = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)[:, width:]
-        return [self._trim(row, torch.full(row.shape, float("nan"))) for row in new_ids]
+        return [self._trim(Answer(row.tolist(), [float("nan")] * len(row)), None, sampling.max_new_tokens) for row in new_ids]

@@ -23,6 +23,7 @@ from hp_agent.batching import span_hidden_states, token_budget_batches
 from hp_agent.config import TrainConfig
 from hp_agent.credit import chunked_logprobs
 from hp_agent.envs import make
+from hp_agent.envs.alfworld.env import action_template_of
 from hp_agent.errors import UserFileExistsError, UserValueError
 from hp_agent.files import atomic_folder, atomic_write_bytes
 from hp_agent.hindsight import ScoringOptions, hindsight_sequences, hindsight_span
@@ -182,7 +183,7 @@ def expert_label_sequences(policy: Policy, path: str | Path) -> list[Example]:
     ``path`` that recorded one (:attr:`Turn.expert_action`), whatever action was taken
     there. A policy stuck in a loop sees one prompt many times: it is learnt once."""
     unique = {
-        (tuple(turn.prompt_ids), _as_taken(turn.action_text).format(action=turn.expert_action))
+        (tuple(turn.prompt_ids), action_template_of(turn.prompt_messages).format(action=turn.expert_action))
         for trajectory in read_jsonl(path)
         for turn in trajectory.turns
         if turn.expert_action
@@ -192,12 +193,6 @@ def expert_label_sequences(policy: Policy, path: str | Path) -> list[Example]:
     if not sequences:
         raise UserValueError(f"{path}: no turn records the expert's advice (write it with `hp-agent data alfworld --dagger`)")
     return _within_vocabulary(path, sequences, policy.model.get_input_embeddings().num_embeddings)
-
-
-def _as_taken(action_text: str) -> str:
-    """The action template a turn was answered in: ALFWorld's tagged one, or the bare
-    action of its append mode."""
-    return "<action>{action}</action>" if action_text.lstrip().startswith("<action>") else "{action}"
 
 
 def _response_ids(policy: Policy, response: str) -> list[int]:

@@ -48,3 +48,15 @@ def test_off_policy_bench_prints_synchronous_against_one_step_off() -> None:
     assert result["hp-rlvr_ratio"] == pytest.approx(result["hp-rlvr_sync_s"] / result["hp-rlvr_one_step_off_s"])
     assert result["hp-rlvr_learner_scores_ratio"] == pytest.approx(result["hp-rlvr_sync_s"] / result["hp-rlvr_learner_scores_s"])
     assert "hp-rlvr (G=1) env=keys model=tiny 2 prompts x G" in done.stdout and "with the learner scoring" in done.stdout
+
+
+def test_alfworld_turns_bench_prints_tokens_and_seconds_per_turn_by_prompt_mode() -> None:
+    command = [sys.executable, "bench/alfworld_turns.py", "--model", "tiny", "--games", "2", "--turns", "2",
+               "--modes", "verl-agent", "append"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["verl-agent"], ["append"])}
+    assert rows["verl-agent"][1] == rows["append"][1] == "4"  # 2 games x 2 turns each
+    assert float(rows["append"][4]) < float(rows["verl-agent"][4])  # append runs fewer prompt tokens a turn
+    assert rows["append"][-1].endswith("x")

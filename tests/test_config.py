@@ -15,7 +15,7 @@ def test_defaults_and_group_size_by_algo():
 def test_overrides_parse_yaml_values():
     config = load_config(overrides=["algo.clip_eps_low=0.1", "env.kwargs={split: test}", "trainer.steps=3"])
     assert config.algo.clip_eps_low == 0.1
-    assert config.env.kwargs == {"split": "test"}
+    assert config.env.kwargs == {"split": "test", "prompt_mode": "verl-agent"}  # alfworld resolves its prompt mode
     assert config.trainer.steps == 3
 
 

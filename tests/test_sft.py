@@ -62,8 +62,8 @@ def test_hindsight_copies_of_played_episodes_show_each_turn_its_future_and_outco
     copies = sft_module.hindsight_copies(tiny_policy, played, ScoringOptions.from_config())
     turns = [(trajectory, turn) for trajectory in played for turn in trajectory.turns]
     assert len(played) == 3 and len(copies) == len(turns)  # keys' turns are short: one segment each
-    for (trajectory, turn), (ids, start) in zip(turns, copies):
-        assert ids[start:] == turn.action_ids  # the target is the action that was taken
+    for (trajectory, turn), (ids, [(start, end)]) in zip(turns, copies):
+        assert ids[start:end] == turn.action_ids and end == len(ids)  # the target is the action that was taken
         prompt = tiny_policy.tokenizer.decode(ids[:start])
         assert f"Outcome: {'success' if trajectory.success else 'failure'}" in prompt and trajectory.feedback in prompt
 
@@ -114,8 +114,11 @@ def test_prompt_loss_adds_the_prompt_tokens_nll_with_its_weight(tiny_policy):
         logprobs = torch.log_softmax(tiny_policy.model(torch.tensor([ids])).logits[0, :-1].float(), -1)
         chosen = logprobs.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
         response_nll, prompt_nll = -chosen[start - 1 :].mean(), -chosen[: start - 1].mean()
-        batch = [(ids, start)]
+        batch = [(ids, [(start, len(ids))])]
         pad = tiny_policy.tokenizer.pad_token_id
-        torch.testing.assert_close(sft_module._batch_loss(tiny_policy, batch, pad, 0.0), response_nll, rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(sft_module._batch_loss(tiny_policy, batch, pad, 0.5), response_nll + 0.5 * prompt_nll,
-                                   rtol=1e-4, atol=1e-4)
+
+        def loss(weight):
+            return sft_module._batch_loss(tiny_policy, batch, pad, weight, sft_module._token_counts(batch, weight))
+
+        torch.testing.assert_close(loss(0.0), response_nll, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(loss(0.5), response_nll + 0.5 * prompt_nll, rtol=1e-4, atol=1e-4)

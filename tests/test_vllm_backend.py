@@ -36,7 +36,7 @@ from hp_agent.errors import UserError, UserValueError
 from hp_agent.evaluation import sized_load, wilson_interval
 from hp_agent.files import read_jsonl_records
 from hp_agent.policies import BACKENDS, LoadOptions, SamplingParams, load_policy
-from hp_agent.rollout import PROMPT_TOKENS, sampled_tokens_bound
+from hp_agent.rollout import HISTORY_TOKENS, PROMPT_TOKENS, sampled_tokens_bound
 from hp_agent.scored_batch import rollout_tokens, training_env_pool
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -328,17 +328,19 @@ def test_the_default_max_model_len_bounds_what_the_rollouts_sample():
     """One prompt and its answer; with chat history the whole conversation, every turn's prompt
     and answer (the turns: rollout.max_turns, else the env's limit). Training and eval agree."""
     assert sampled_tokens_bound(5, turns=6, chat_history=False) == PROMPT_TOKENS + 5
-    assert sampled_tokens_bound(5, turns=6, chat_history=True) == 6 * (PROMPT_TOKENS + 5)
+    bounded = min(6 * (PROMPT_TOKENS + 5), max(HISTORY_TOKENS, 2 * PROMPT_TOKENS) + 5)  # rollout.history_tokens' bound
+    assert sampled_tokens_bound(5, turns=6, chat_history=True) == bounded
+    assert sampled_tokens_bound(5, turns=6, chat_history=True, history_tokens=None) == 6 * (PROMPT_TOKENS + 5)
     config = load_config(overrides=["env.name=keys", "model.backend=vllm", "rollout.max_new_tokens=5",
                                     "rollout.chat_history=true", "trainer.prompts_per_step=1"])
     with closing(training_env_pool(config, SINGLE)) as envs:
-        assert envs.max_turns == 6 and rollout_tokens(config, envs) == 6 * (PROMPT_TOKENS + 5)
+        assert envs.max_turns == 6 and rollout_tokens(config, envs) == bounded
     config.rollout.max_turns = 2
     with closing(training_env_pool(config, SINGLE)) as envs:
-        assert rollout_tokens(config, envs) == 2 * (PROMPT_TOKENS + 5)
+        assert rollout_tokens(config, envs) == min(2 * (PROMPT_TOKENS + 5), bounded)
     keys = make("keys")
     vllm = sized_load(LoadOptions(backend="vllm"), keys, SamplingParams(max_new_tokens=5), None, chat_history=True)
-    assert vllm.backend_options == {"context_tokens": 6 * (PROMPT_TOKENS + 5)}
+    assert vllm.backend_options == {"context_tokens": bounded}
     assert sized_load(None, keys, SamplingParams(), None, chat_history=False).backend_options is None  # hf: no engine
 
 

@@ -123,6 +123,14 @@ def parse_bare_action(response: str, admissible: list[str]) -> tuple[str, bool]:
     return command, command in admissible
 
 
+def action_template_of(messages: list[dict[str, str]]) -> str:
+    """The action template of the prompt mode ``messages`` were rendered in: append mode's
+    bare action where the conversation opens with its instruction, else the tagged one."""
+    opening = APPEND_FIRST_TEMPLATE.split("{", 1)[0]
+    appended = any(m["role"] == "user" and m["content"].startswith(opening) for m in messages)
+    return "{action}" if appended else "<action>{action}</action>"
+
+
 def prompting(kwargs: dict[str, Any], constrain: bool, chat_history: bool | None) -> tuple[dict[str, Any], bool]:
     """The env kwargs and ``rollout.chat_history`` a run or an evaluation plays ALFWorld with:
     restricted decoding defaults to ``prompt_mode="append"``, and a mode whose later
