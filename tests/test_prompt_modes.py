@@ -180,3 +180,20 @@ def test_the_prompt_pass_split_by_length_samples_as_the_whole_pass(tiny_policy, 
         assert max(abs(a - b) for a, b in zip(split.logprobs, whole.logprobs)) < 1e-5
     assert hf.prefill_groups([100, 90, 10, 8], 10_000) == [(0, 4)]  # a costly pass: never split
     assert hf.prefill_groups([100, 90, 10, 8], 0) == [(0, 1), (1, 2), (2, 3), (3, 4)]  # a free one: every row alone
+
+
+def test_append_mode_sampler_log_probs_are_the_full_prompt_learners(appending_policy):
+    """The sampler's restricted log-probs (cached prefix, forced tokens, length groups) equal
+    the learner's over each turn's whole prompt, within 1e-5; the free distribution differs."""
+    from hp_agent.parallel import ActionLogprobs
+
+    turns = [turn for t in _play(appending_policy, "append", turns=3, seed=1) for turn in t.turns]
+    spans = [(len(t.prompt_ids), len(t.prompt_ids) + len(t.action_ids)) for t in turns]
+    sets = [tokens for t in turns for tokens in t.allowed]
+    learner = ActionLogprobs(appending_policy.model, 1.0, True, appending_policy.pad_token_id)
+    with torch.no_grad():
+        restricted = torch.cat(learner([t.prompt_ids + t.action_ids for t in turns], spans, sets))
+        free = torch.cat(learner([t.prompt_ids + t.action_ids for t in turns], spans, None))
+    sampled = torch.cat([torch.tensor(t.sample_logprobs) for t in turns])
+    assert (sampled - restricted).abs().max() < 1e-5
+    assert (sampled - free).max() > 0.1

@@ -122,3 +122,24 @@ def test_prompt_loss_adds_the_prompt_tokens_nll_with_its_weight(tiny_policy):
 
         torch.testing.assert_close(loss(0.0), response_nll, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(loss(0.5), response_nll + 0.5 * prompt_nll, rtol=1e-4, atol=1e-4)
+
+
+def test_micro_batches_share_the_batch_mean(tiny_policy):
+    """Each micro-batch's loss is its share of the whole batch's mean (the batch's token
+    counts as denominators): the parts sum to the one-pass loss, for both weights. A part
+    normalized by its own tokens would not."""
+    texts = ["You arrive at desk 1. <action>take pen 1 from desk 1</action>", "Nothing happens. <action>look</action>",
+             "You open the drawer 1. It is empty. <action>close drawer 1</action>"]
+    batch = []
+    for text in texts:
+        ids = tiny_policy.tokenizer.encode(text)
+        batch.append((ids, [(len(ids) - 6, len(ids))]))
+    pad = tiny_policy.tokenizer.pad_token_id
+    with torch.no_grad():
+        for weight in (0.0, 0.5):
+            counts = sft_module._token_counts(batch, weight)
+            whole = sft_module._batch_loss(tiny_policy, batch, pad, weight, counts)
+            parts = sum(sft_module._batch_loss(tiny_policy, [example], pad, weight, counts) for example in batch)
+            torch.testing.assert_close(parts, whole, rtol=1e-4, atol=1e-5)
+            alone = sft_module._batch_loss(tiny_policy, batch[:1], pad, weight, sft_module._token_counts(batch[:1], weight))
+            assert not torch.isclose(alone, sft_module._batch_loss(tiny_policy, batch[:1], pad, weight, counts))
