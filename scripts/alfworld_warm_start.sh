@@ -23,9 +23,13 @@
 # verl-agent, the tiny warm start's) is ALFWorld's prompt mode of the demonstrations and
 # the evaluation; with PROMPT=append (restricted decoding's) `eval` plays restricted.
 #
-# The smollm2-135m warm start (docs/results.md, issue 46), append mode:
-#   ROOT=runs/warm-smol MODEL=smollm2-135m PROMPT=append COUNT=600 LIMIT=600 WORKERS=2 scripts/alfworld_warm_start.sh demos-synth
-#   ROOT=runs/warm-smol MODEL=smollm2-135m PROMPT=append scripts/alfworld_warm_start.sh sft smol-S600 STEPS runs/warm-smol/demos-synth600.jsonl --lr 1e-4
+# The smollm2-135m warm start (docs/results.md, issue 46), append mode, a full fine-tune in
+# bfloat16 on float32 master weights (about 35 minutes on 2 cores: games 15 min, expert 1.5 min,
+# SFT 60 x 8 episodes at about 21 s a step with two torch threads):
+#   ROOT=runs/warm-smol MODEL=smollm2-135m PROMPT=append COUNT=600 LIMIT=400 scripts/alfworld_warm_start.sh demos-synth
+#   ROOT=runs/warm-smol MODEL=smollm2-135m PROMPT=append BATCH=8 HP_AGENT_TORCH_THREADS=2 OMP_NUM_THREADS=2 \
+#     scripts/alfworld_warm_start.sh sft smol-S400 60 runs/warm-smol/demos-synth400.jsonl --lr 2e-4 --dtype bfloat16 --save-every 20
+# then RL from it: hp-agent compare --config scripts/compare_alfworld_smol.yaml
 set -euo pipefail
 root=${ROOT:-runs/warm}
 bin=${BIN:-.venv/bin}

@@ -11,6 +11,7 @@ from hp_agent.config import ConfigError, RolloutConfig, load_config
 from hp_agent.envs import make
 from hp_agent.envs.alfworld.env import APPEND_FIRST_TEMPLATE, parse_bare_action, prompting
 from hp_agent.errors import UserValueError
+from hp_agent.packing import pack_sequences
 from hp_agent.policies import SamplingParams
 from hp_agent.rollout import HISTORY_TOKENS, Episode, bounded_history, collect, sampled_tokens_bound
 
@@ -91,6 +92,10 @@ def test_append_prompts_extend_each_other_and_are_shorter(appending_policy):
         for turn, following in zip(trajectory.turns, trajectory.turns[1:]):
             assert following.prompt_ids[: len(turn.prompt_ids) + len(turn.action_ids)] == turn.prompt_ids + turn.action_ids
             assert following.prompt_messages[: len(turn.prompt_messages)] == turn.prompt_messages
+        # the learner's and the scorer's prefix-tree packing then runs an episode as one sequence
+        sequences = [turn.prompt_ids + turn.action_ids for turn in trajectory.turns]
+        rows, _ = pack_sequences(sequences, max_tokens=10**6)
+        assert [len(row) for row in rows] == [len(sequences[-1])]
     new_text = [len(b.prompt_ids) - len(a.prompt_ids) - len(a.action_ids)
                 for t in appended for a, b in zip(t.turns, t.turns[1:])]
     verl_agent = [len(turn.prompt_ids) for t in full for turn in t.turns[1:]]
