@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from hp_agent.credit import chosen_logprobs, jsd_from_logits, jsd_weights_from_hidden
+from hp_agent.kernels import chosen_logprobs, jsd_from_logits, jsd_weights_from_hidden
 
 VARIANTS = ("naive", "whole-chunk", "chunked", "compiled")
 TARGET_GB = 2.0

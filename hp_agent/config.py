@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from hp_agent.credit_rules import CREDIT_RULES, CreditRule, credit_rule
+from hp_agent.credit.registry import CREDIT_RULES, CreditRule, credit_rule
 from hp_agent.devices import resolve_device, resolve_dtype
 from hp_agent.errors import UserError
 from hp_agent.files import atomic_write_text
 
 if TYPE_CHECKING:
-    from hp_agent.credit import CreditOptions
+    from hp_agent.credit.rules import CreditOptions
 
 
 class _Section(BaseModel):
@@ -121,8 +121,8 @@ class ModelConfig(_Section):
 class AlgoConfig(_Section):
     name: str = Field(
         "hp-rlvr",
-        description="Credit rule (hp_agent.credit_rules.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
-        "baseline), reinforce (historical baseline, no hindsight), or one registered with credit_rules.register_credit.",
+        description="Credit rule (hp_agent.credit.registry.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
+        "baseline), reinforce (historical baseline, no hindsight), or one registered with credit.registry.register_credit.",
     )
     group_size: int | None = Field(None, ge=1, description="Rollouts per prompt G; default: the rule's (1 for hp-rlvr, 8 for grpo).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower PPO clip: ratio floor 1 - clip_eps_low.")
@@ -239,6 +239,10 @@ class LearnerConfig(_Section):
         4096, ge=64, description="Tokens per forward/backward pass, padding included (packed: prefix-tree nodes, a shared "
         "prompt counted once); gradients accumulate."
     )
+    logit_chunk_tokens: int = Field(
+        512, ge=1, description="Action tokens whose logits the LM head makes at a time in the learner's forward: larger is "
+        "a larger matmul, and each chunk's [tokens, V] float32 logits and their gradients are the transient peak."
+    )
     packed: bool = Field(
         True,
         description="The learner's forward packs each micro-batch's sequences into prefix-tree rows (a sequence joins a row "
@@ -341,7 +345,7 @@ class TrainConfig(_Section):
     @property
     def credit_options(self) -> CreditOptions:
         """What the credit rules read of this run: ``hindsight.weight_norm`` and ``algo``'s GRPO keys."""
-        from hp_agent.credit import CreditOptions  # torch: the config itself stays light
+        from hp_agent.credit.rules import CreditOptions  # torch: the config itself stays light
 
         return CreditOptions(self.hindsight.weight_norm, self.algo.grpo_scale_by_std, self.algo.grpo_eps)
 

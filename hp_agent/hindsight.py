@@ -28,7 +28,7 @@ import torch
 from hp_agent.batching import span_hidden_states
 from hp_agent.config import TrainConfig
 from hp_agent.constraint import joined_allowed
-from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
+from hp_agent.kernels import chunked_logprobs, jsd_weights_from_hidden
 from hp_agent.packing import SCORING, packed_span_hidden_states
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Segment, Trajectory, Turn, segments

@@ -39,6 +39,7 @@ import torch
 
 from hp_agent.batching import token_budget_batches
 from hp_agent.constraint import joined_allowed
+from hp_agent.credit.assembly import TrainingSample
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum
 from hp_agent.packing import TRAINING, packed_batches
 from hp_agent.parallel import Parallel, TrainModel
@@ -92,28 +93,6 @@ def add_metrics(totals: dict[str, float], metrics: dict[str, float], weight: flo
 
 
 @dataclass
-class TrainingSample:
-    """One sequence to learn from: a turn's prompt and action, credit on the action.
-
-    ``input_ids = prompt_ids + action_ids``; ``old_logprobs`` and ``credit`` are
-    [len(action_ids)], aligned with the action (the eligible) tokens. ``old_logprobs``
-    None: the learner's own log-probs stand for them, detached (the ratio is exactly 1),
-    which is right only in an optimizer step taken on the weights that sampled.
-    ``allowed``: the turn's restricted-decoding sets per action token (``Turn.allowed``).
-    """
-
-    input_ids: list[int]
-    action_start: int
-    old_logprobs: torch.Tensor | None
-    credit: torch.Tensor
-    allowed: list[list[int] | None] | None = None
-
-    @property
-    def num_action_tokens(self) -> int:
-        return len(self.input_ids) - self.action_start
-
-
-@dataclass
 class StepRecord:
     """What one optimizer step did. ``grad_norm``: the step's total gradient norm before
     clipping; ``record_norms``: each gradient record's own contribution, in slot order."""
@@ -148,13 +127,15 @@ class Learner:
         mixed_precision: bool,
         activation_checkpointing: bool,
         packed: bool,
+        logit_chunk_tokens: int = 512,
         ranks: Ranks = SINGLE,
     ):
         self.policy = policy
         self.ranks = ranks
         self.packed = packed
         self.model = TrainModel(policy.model, temperature, ranks, parallel, mixed_precision, activation_checkpointing,
-                                packed, pad_id=policy.tokenizer.pad_token_id or 0, weights_changed=policy.weights_changed)
+                                packed, pad_id=policy.tokenizer.pad_token_id or 0, weights_changed=policy.weights_changed,
+                                logit_chunk_tokens=logit_chunk_tokens)
         self.optimizer = torch.optim.AdamW(self.model.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.max_grad_norm = max_grad_norm
@@ -171,7 +152,8 @@ class Learner:
                    mini_batch_prompts=section.mini_batch_prompts, group_size=config.algo.rollouts_per_prompt,
                    record_batch_size=section.record_batch_size, weight_decay=section.weight_decay, betas=section.betas,
                    ranks=ranks, parallel=section.parallel, mixed_precision=section.mixed_precision,
-                   activation_checkpointing=section.activation_checkpointing, packed=section.packed)
+                   activation_checkpointing=section.activation_checkpointing, packed=section.packed,
+                   logit_chunk_tokens=section.logit_chunk_tokens)
 
     def save(self, folder: Path) -> None:
         """Write the optimizer's state (and a separate training copy's) into a checkpoint folder."""

@@ -9,22 +9,10 @@ import torch
 from scipy.spatial.distance import jensenshannon
 
 from hp_agent.config import TrainConfig
-from hp_agent.credit import (
-    CreditBatch,
-    HistoricalBaseline,
-    chunked_jsd_from_logits,
-    chunked_logprobs,
-    credit_breakdown,
-    grpo_advantages,
-    grpo_credit,
-    hp_rlvr_credit,
-    jsd_from_logits,
-    jsd_weights_from_hidden,
-    normalize_weights,
-    reinforce_credit,
-    zero_turn_credit,
-)
-from hp_agent.credit_rules import CREDIT_RULES, credit_rule, register_credit
+from hp_agent.credit.baseline import HistoricalBaseline
+from hp_agent.credit.rules import CreditBatch, credit_breakdown, grpo_advantages, grpo_credit, hp_rlvr_credit, normalize_weights, reinforce_credit, zero_turn_credit
+from hp_agent.kernels import chunked_jsd_from_logits, chunked_logprobs, jsd_from_logits, jsd_weights_from_hidden
+from hp_agent.credit.registry import CREDIT_RULES, credit_rule, register_credit
 from hp_agent.learner import clipped_policy_loss
 
 INF = float("inf")

@@ -7,14 +7,15 @@ import torch
 
 from hp_agent import TextEnv, Verdict
 from hp_agent.config import TrainConfig
-from hp_agent.credit import HistoricalBaseline
-from hp_agent.credit_rules import CREDIT_RULES, credit_rule, register_credit
+from hp_agent.credit.baseline import HistoricalBaseline
+from hp_agent.credit.registry import CREDIT_RULES, credit_rule, register_credit
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.learner import Learner, TrainingSample, clipped_policy_loss
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
-from hp_agent.trainer import TrainingError, _account_grad_records, assign_credit
+from hp_agent.credit.assembly import assign_credit
+from hp_agent.trainer import TrainingError, _account_grad_records
 
 
 @pytest.fixture()

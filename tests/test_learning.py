@@ -38,8 +38,8 @@ import torch
 from filelock import FileLock
 
 import hp_agent
-from hp_agent.credit import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
-from hp_agent.credit_rules import CREDIT_RULES, register_credit
+from hp_agent.credit.rules import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
+from hp_agent.credit.registry import CREDIT_RULES, register_credit
 from hp_agent.evaluation import improvement_p_value, wilson_interval
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.sft import demonstration_sequences, supervised_warmup

@@ -1,7 +1,7 @@
 """The credit rules ``algo.name`` selects, registered here without importing torch, so that
 the config (and everything that only reads it) stays light. The rules themselves are tensor
-functions in :mod:`hp_agent.credit`; a built-in rule names its function there and is
-imported on first use."""
+functions in :mod:`hp_agent.credit.rules`; a built-in rule names its function there and
+is imported on first use."""
 
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def _imported(reference: str) -> CreditFn:
 
 
 CREDIT_RULES: dict[str, CreditRule] = {
-    "hp-rlvr": CreditRule("hp_agent.credit:hp_rlvr_credit", hindsight=True),
-    "grpo": CreditRule("hp_agent.credit:grpo_credit", group_size=8, min_group_size=2),
-    "reinforce": CreditRule("hp_agent.credit:reinforce_credit"),
+    "hp-rlvr": CreditRule("hp_agent.credit.rules:hp_rlvr_credit", hindsight=True),
+    "grpo": CreditRule("hp_agent.credit.rules:grpo_credit", group_size=8, min_group_size=2),
+    "reinforce": CreditRule("hp_agent.credit.rules:reinforce_credit"),
 }
 
 
