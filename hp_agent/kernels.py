@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -107,6 +108,20 @@ def chunked_logprobs(
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
+class TokenViews(NamedTuple):
+    """What the scorer reads of each action token under its two contexts, [T] each.
+
+    weights:            normalized JSD between the causal and the hindsight distributions, in [0, 1].
+    causal_logprobs:    log pi(y_j | causal history), the behaviour log-prob.
+    hindsight_logprobs: log pi(y_j | hindsight context): with the causal one, the
+                        sampled-token ratio that teacher-student rules (OPSD, HCAPO) read.
+    """
+
+    weights: torch.Tensor
+    causal_logprobs: torch.Tensor
+    hindsight_logprobs: torch.Tensor
+
+
 def jsd_weights_from_hidden(
     causal_hidden: torch.Tensor,
     hindsight_hidden: torch.Tensor,
@@ -116,8 +131,8 @@ def jsd_weights_from_hidden(
     chunk_elements: int = 1 << 23,
     compiled: bool = False,
     allowed: Allowed | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """JSD weights and causal log-probs of T tokens, from final hidden states.
+) -> TokenViews:
+    """JSD weights and both views' log-probs of T tokens, from final hidden states.
 
     ``causal_hidden``, ``hindsight_hidden``: [T, H], the states that predict each token
     under the two contexts; ``token_ids``: [T]; ``project`` maps [n, H] to logits [n, V]
@@ -131,9 +146,9 @@ def jsd_weights_from_hidden(
     ``allowed``: per token, the ids decoding was restricted to (None: any); both views are
     then renormalized over the same set, so the JSD compares what could have been sampled.
 
-    Returns ``(weights [T] in [0, 1], causal_logprobs [T])``.
+    Both log-probs come from the logits the JSD reads, so they cost no extra pass.
     """
-    weights, logprobs = [], []
+    weights, logprobs, hindsight_logprobs = [], [], []
     for start in range(0, causal_hidden.shape[0], chunk_size):
         stop = start + chunk_size
         p_logits = restrict_chunk(project(causal_hidden[start:stop]), allowed, start)
@@ -141,8 +156,9 @@ def jsd_weights_from_hidden(
         weights.append(chunked_jsd_from_logits(p_logits, q_logits, chunk_elements, compiled))
         rows = max(1, chunk_elements // p_logits.shape[-1])
         logprobs.append(_rows_at_a_time(chosen_logprobs, (p_logits, token_ids[start:stop]), rows))
+        hindsight_logprobs.append(_rows_at_a_time(chosen_logprobs, (q_logits, token_ids[start:stop]), rows))
         del p_logits, q_logits
     if not weights:
         empty = causal_hidden.new_zeros(0, dtype=torch.float32)
-        return empty, empty.clone()
-    return torch.cat(weights), torch.cat(logprobs)
+        return TokenViews(empty, empty.clone(), empty.clone())
+    return TokenViews(torch.cat(weights), torch.cat(logprobs), torch.cat(hindsight_logprobs))

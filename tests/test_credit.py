@@ -67,14 +67,17 @@ def test_chunked_jsd_equals_unchunked():
     with torch.no_grad():
         whole = jsd_from_logits(head(causal), head(hindsight))
         reference_lp = torch.log_softmax(head(causal), -1).gather(-1, ids[:, None]).squeeze(-1)
+        reference_hindsight_lp = torch.log_softmax(head(hindsight), -1).gather(-1, ids[:, None]).squeeze(-1)
         # chunk_elements 120 -> 3 rows at a time inside each 4-token chunk; 1 -> one row at a time.
         for chunk_size, chunk_elements in [(4, 1 << 23), (4, 120), (13, 1), (100, 40 * 5)]:
-            weights, logprobs = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size, chunk_elements)
+            weights, logprobs, hindsight_logprobs = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size,
+                                                                            chunk_elements)
             assert torch.allclose(weights, whole, atol=1e-6)
             assert torch.allclose(logprobs, reference_lp, atol=1e-6)
+            assert torch.allclose(hindsight_logprobs, reference_hindsight_lp, atol=1e-6)
         assert torch.allclose(chunked_logprobs(causal, ids, head, chunk_size=5), reference_lp, atol=1e-6)
         empty = jsd_weights_from_hidden(causal[:0], hindsight[:0], ids[:0], head)
-        assert empty[0].shape == empty[1].shape == (0,)
+        assert empty.weights.shape == empty.causal_logprobs.shape == empty.hindsight_logprobs.shape == (0,)
 
 
 @pytest.mark.parametrize("chunk_elements", [1, 50, 1 << 23])

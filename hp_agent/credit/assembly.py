@@ -47,11 +47,16 @@ class TrainingSample:
 
 
 def credit_batch(
-    trajectories: list[Trajectory], scores: list[TrajectoryScores], baselines: list[float], with_weights: bool
+    trajectories: list[Trajectory], scores: list[TrajectoryScores], baselines: list[float], with_hindsight: bool
 ) -> CreditBatch:
-    """The flat tensors a credit rule reads; ``baselines[i]``: trajectory i's b, read before any update."""
+    """The flat tensors a credit rule reads; ``baselines[i]``: trajectory i's b, read before
+    any update. ``with_hindsight``: the scores hold hindsight weights and both views' log-probs."""
     turns = [(i, turn) for i, traj in enumerate(trajectories) for turn in traj.turns]
     token_turn = torch.cat([torch.full((len(turn.action_ids),), k, dtype=torch.long) for k, (_, turn) in enumerate(turns)])
+
+    def flat(field: str) -> torch.Tensor | None:
+        return torch.cat([part for score in scores for part in getattr(score, field)]) if with_hindsight else None
+
     return CreditBatch(
         rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
         baselines=torch.tensor(baselines, dtype=torch.float32),
@@ -59,7 +64,9 @@ def credit_batch(
         turn_trajectory=torch.tensor([i for i, _ in turns], dtype=torch.long),
         turn_shaping=torch.tensor([turn.shaping for _, turn in turns], dtype=torch.float32),
         token_turn=token_turn,
-        weights=torch.cat([w for score in scores for w in score.weights]) if with_weights else None,
+        weights=flat("weights"),
+        causal_logprobs=flat("causal_logprobs"),
+        hindsight_logprobs=flat("hindsight_logprobs"),
     )
 
 

@@ -44,6 +44,8 @@ class CreditBatch:
     turn_shaping:    [K] per-turn shaping reward, negative for a cost (-0.1: invalid action).
     token_turn:      [M] turn index of each action (eligible) token.
     weights:         [M] normalized JSD weight w_j in [0, 1], or None without hindsight.
+    causal_logprobs: [M] log pi_old(y_j | causal history), or None without hindsight.
+    hindsight_logprobs: [M] log pi_old(y_j | hindsight context), or None without hindsight.
     """
 
     rewards: torch.Tensor
@@ -53,6 +55,8 @@ class CreditBatch:
     turn_shaping: torch.Tensor
     token_turn: torch.Tensor
     weights: torch.Tensor | None = None
+    causal_logprobs: torch.Tensor | None = None
+    hindsight_logprobs: torch.Tensor | None = None
 
     @property
     def token_trajectory(self) -> torch.Tensor:
