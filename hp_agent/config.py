@@ -133,6 +133,12 @@ class AlgoConfig(_Section):
     )
     grpo_scale_by_std: bool = Field(True, description="GRPO: divide the group-centered reward by the group std.")
     grpo_eps: float = Field(1e-6, gt=0.0, description="GRPO: added to the group std before dividing.")
+    opsd_clip: float = Field(2.0, gt=0.0, description="opsd: the token's log-ratio log pi(y | hindsight) - log pi(y) is clipped to +-this.")
+    opsd_discount: float = Field(0.0, ge=0.0, le=1.0, description="opsd: the clipped log-ratios summed over later tokens of "
+                                 "the trajectory, discounted by this a token (0: each token its own).")
+    hcapo_ratio_clip: float = Field(2.0, gt=1.0, description="hcapo: the hindsight ratio pi(y | hindsight) / pi(y) is clipped to [1/this, this].")
+    gigpo_step_weight: float = Field(1.0, ge=0.0, description="gigpo: weight of the step (anchor-state) advantage beside the episode's.")
+    gigpo_discount: float = Field(0.95, ge=0.0, le=1.0, description="gigpo: discount a turn of the step returns compared at an anchor state.")
 
     @field_validator("name")
     @classmethod
@@ -179,6 +185,10 @@ class BaselineConfig(_Section):
     )
     prior_weight: float = Field(
         1.0, ge=0.0, description="A new task's (or type's) estimate starts from the coarser one, counted as this many rewards (0: plain running mean)."
+    )
+    decay: float | None = Field(
+        None, gt=0.0, le=1.0, description="A discounted count instead of rate: n <- decay n + 1, v <- v + (R - v) / n (SPO's "
+        "per-task tracker, a decaying Beta's mean for rewards in [0, 1]); default none: the rule's (0.9 for spo), else rate."
     )
 
 
@@ -347,7 +357,9 @@ class TrainConfig(_Section):
         """What the credit rules read of this run: ``hindsight.weight_norm`` and ``algo``'s GRPO keys."""
         from hp_agent.credit.rules import CreditOptions  # torch: the config itself stays light
 
-        return CreditOptions(self.hindsight.weight_norm, self.algo.grpo_scale_by_std, self.algo.grpo_eps)
+        a = self.algo
+        return CreditOptions(self.hindsight.weight_norm, a.grpo_scale_by_std, a.grpo_eps, a.opsd_clip, a.opsd_discount,
+                             a.hcapo_ratio_clip, a.gigpo_step_weight, a.gigpo_discount)
 
     @model_validator(mode="after")
     def _check_algorithm(self, info: ValidationInfo) -> TrainConfig:
@@ -358,6 +370,8 @@ class TrainConfig(_Section):
         least = self.algo.rule.min_group_size
         if self.algo.rollouts_per_prompt < least:
             raise ValueError(f"algo.group_size must be >= {least} for {self.algo.name} (a group of one has no baseline)")
+        if self.baseline.decay is None:  # the rule's tracker (SPO's discounted one), recorded in config.yaml
+            self.baseline.decay = self.algo.rule.baseline_decay
         if self.learner.mixed_precision is None:  # resolved here so that config.yaml records what ran
             self.learner.mixed_precision = self.model.dtype != "float32"
         if self.model.dtype == "float16" and not self.learner.mixed_precision:

@@ -10,9 +10,10 @@ from scipy.spatial.distance import jensenshannon
 
 from hp_agent.config import TrainConfig
 from hp_agent.credit.baseline import HistoricalBaseline
-from hp_agent.credit.rules import CreditBatch, credit_breakdown, grpo_advantages, grpo_credit, hp_rlvr_credit, normalize_weights, reinforce_credit, zero_turn_credit
-from hp_agent.kernels import chunked_jsd_from_logits, chunked_logprobs, jsd_from_logits, jsd_weights_from_hidden
 from hp_agent.credit.registry import CREDIT_RULES, credit_rule, register_credit
+from hp_agent.credit.rules import (CreditBatch, credit_breakdown, grpo_advantages, grpo_credit, hp_rlvr_credit,
+                                   normalize_weights, reinforce_credit, zero_turn_credit)
+from hp_agent.kernels import chunked_jsd_from_logits, chunked_logprobs, jsd_from_logits, jsd_weights_from_hidden
 from hp_agent.learner import clipped_policy_loss
 
 INF = float("inf")
@@ -204,7 +205,7 @@ def test_credit_rules_are_registered_by_name():
     # the registry names the built-in rules without importing torch; each resolves to its function
     assert credit_rule("hp-rlvr").fn is hp_rlvr_credit and credit_rule("grpo").fn is grpo_credit
     assert credit_rule("reinforce").fn is reinforce_credit
-    with pytest.raises(KeyError, match="unknown credit rule 'ppo'; registered: .*grpo, hp-rlvr"):
+    with pytest.raises(KeyError, match="unknown credit rule 'ppo'; registered: .*grpo, hcapo, hp-rlvr"):
         credit_rule("ppo")
 
     @register_credit("test-constant")

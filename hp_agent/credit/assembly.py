@@ -46,6 +46,17 @@ class TrainingSample:
 
 
 
+def turn_states(trajectories: list[Trajectory]) -> list[int]:
+    """Per turn, in order, an id of the state it acted in: the observation its action
+    answered (the previous turn's; the first turn's is the task's start, which a prompt
+    group's rollouts share). Equal text, equal id: as in GiGPO, two states are the same
+    when the env shows the same text, so a "Nothing happens." after different actions is
+    one state (a text env's observation is all the policy sees of its state)."""
+    ids: dict[str, int] = {}
+    return [ids.setdefault(turns[t - 1].observation if t else "", len(ids))
+            for turns in (traj.turns for traj in trajectories) for t in range(len(turns))]
+
+
 def credit_batch(
     trajectories: list[Trajectory], scores: list[TrajectoryScores], baselines: list[float], with_hindsight: bool
 ) -> CreditBatch:
@@ -67,6 +78,7 @@ def credit_batch(
         weights=flat("weights"),
         causal_logprobs=flat("causal_logprobs"),
         hindsight_logprobs=flat("hindsight_logprobs"),
+        turn_state=torch.tensor(turn_states(trajectories), dtype=torch.long),
     )
 
 

@@ -13,7 +13,10 @@ class HistoricalBaseline:
     it observes. The first update of a level starts it from what the coarser levels hold
     (counted as ``prior_weight`` past rewards, 0 for none), or, when nothing is known
     yet, from that first reward alone; it then moves as v <- v + max(rate, 1 / n) (R - v),
-    n the count: a running mean, then an exponential moving average. ``initial``, when the
+    n the count: a running mean, then an exponential moving average. With ``decay`` rho
+    (SPO's tracker) the count is discounted instead, n <- rho n + 1, and v <- v + (R - v) / n:
+    a discounted mean of the rewards, for rewards in [0, 1] the mean of a Beta(alpha, beta)
+    whose alpha and beta decay by rho before each observation. ``initial``, when the
     user gives one, is the value read before anything is observed.
 
     The caller reads b for a batch (:meth:`batch_values`) before calling ``update`` with
@@ -23,6 +26,7 @@ class HistoricalBaseline:
     rate: float = 0.1
     initial: float | None = None
     prior_weight: float = 1.0
+    decay: float | None = None
     estimates: dict[str, list[float]] = field(default_factory=dict)  # key -> [count, value]
 
     @staticmethod
@@ -59,13 +63,19 @@ class HistoricalBaseline:
         starts = [self._read(keys[level + 1 :]) for level in range(len(keys))]  # before any change
         for key, start in zip(keys, starts):
             count, value = self.estimates.get(key, [self.prior_weight, start] if start is not None else [0.0, 0.0])
-            count += 1
-            value += max(self.rate, 1.0 / count) * (reward - value)
+            if self.decay is None:
+                count += 1
+                value += max(self.rate, 1.0 / count) * (reward - value)
+            else:
+                count = self.decay * count + 1
+                value += (reward - value) / count
             self.estimates[key] = [count, value]
 
     def state_dict(self) -> dict:
-        return {"rate": self.rate, "initial": self.initial, "prior_weight": self.prior_weight, "estimates": self.estimates}
+        return {"rate": self.rate, "initial": self.initial, "prior_weight": self.prior_weight, "decay": self.decay,
+                "estimates": self.estimates}
 
     def load_state_dict(self, state: dict) -> None:
         self.rate, self.initial, self.prior_weight = state["rate"], state["initial"], state["prior_weight"]
+        self.decay = state.get("decay")  # checkpoints written before the decay existed had none
         self.estimates = {key: list(v) for key, v in state["estimates"].items()}

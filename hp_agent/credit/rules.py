@@ -46,6 +46,8 @@ class CreditBatch:
     weights:         [M] normalized JSD weight w_j in [0, 1], or None without hindsight.
     causal_logprobs: [M] log pi_old(y_j | causal history), or None without hindsight.
     hindsight_logprobs: [M] log pi_old(y_j | hindsight context), or None without hindsight.
+    turn_state:      [K] id of the state each turn acted in: equal ids within a prompt group
+                     are the same state (GiGPO's anchors; :func:`~hp_agent.credit.assembly.turn_states`).
     """
 
     rewards: torch.Tensor
@@ -57,6 +59,7 @@ class CreditBatch:
     weights: torch.Tensor | None = None
     causal_logprobs: torch.Tensor | None = None
     hindsight_logprobs: torch.Tensor | None = None
+    turn_state: torch.Tensor | None = None
 
     @property
     def token_trajectory(self) -> torch.Tensor:
@@ -83,11 +86,18 @@ class CreditOptions:
     weight_norm:       ``hindsight.weight_norm``, HP-RLVR's normalization of w (:func:`normalize_weights`).
     grpo_scale_by_std: ``algo.grpo_scale_by_std``, GRPO divides the group-centered return by the group std.
     grpo_eps:          ``algo.grpo_eps``, GRPO's std guard.
+    opsd_clip, opsd_discount, hcapo_ratio_clip, gigpo_step_weight, gigpo_discount: the
+                       ``algo`` keys of :mod:`hp_agent.credit.related`'s rules.
     """
 
     weight_norm: str
     grpo_scale_by_std: bool
     grpo_eps: float
+    opsd_clip: float
+    opsd_discount: float
+    hcapo_ratio_clip: float
+    gigpo_step_weight: float
+    gigpo_discount: float
 
 
 def normalized_weights(batch: CreditBatch, mode: str) -> torch.Tensor:
@@ -114,7 +124,7 @@ def hp_rlvr_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Te
     >>> one = torch.tensor([0])
     >>> batch = CreditBatch(torch.tensor([1.0]), torch.tensor([0.25]), one, one, torch.tensor([0.0]),
     ...                     torch.tensor([0, 0, 0]), torch.tensor([0.0, 0.5, 1.0]))
-    >>> hp_rlvr_credit(batch, CreditOptions(weight_norm="none", grpo_scale_by_std=True, grpo_eps=1e-6))[0]
+    >>> hp_rlvr_credit(batch, CreditOptions("none", True, 1e-6, 2.0, 0.0, 2.0, 1.0, 0.95))[0]
     tensor([0.0000, 0.3750, 0.7500])
     """
     weights = normalized_weights(batch, options.weight_norm)
