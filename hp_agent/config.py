@@ -8,7 +8,7 @@ Unknown keys are errors that name the key and list the valid ones.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -122,7 +122,8 @@ class AlgoConfig(_Section):
     name: str = Field(
         "hp-rlvr",
         description="Credit rule (hp_agent.credit.registry.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
-        "baseline), reinforce (historical baseline, no hindsight), or one registered with credit.registry.register_credit.",
+        "baseline), reinforce (historical baseline, no hindsight), opsd, hcapo, gigpo, spo (related methods, docs/algorithm.md), "
+        "or one registered with credit.registry.register_credit.",
     )
     group_size: int | None = Field(None, ge=1, description="Rollouts per prompt G; default: the rule's (1 for hp-rlvr, 8 for grpo).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower PPO clip: ratio floor 1 - clip_eps_low.")
@@ -416,6 +417,35 @@ def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
+def _section_of(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, list[str]]:
+    """The model a validation error's ``loc`` points into, and the loc's key path there.
+    A part that is no field is a dict's key (kept in the path) or, in a union, the name of
+    the member model that failed (left out of it)."""
+    owner: Any = model
+    where: list[str] = []
+    for part in map(str, loc):
+        fields = getattr(owner, "model_fields", {})
+        member = _member_named(owner, part)
+        if part in fields:
+            owner = fields[part].annotation
+        elif member is not None:
+            owner = member
+            continue
+        where.append(part)
+    return owner, where
+
+
+def _member_named(annotation: Any, name: str) -> type[BaseModel] | None:
+    """The pydantic model called ``name`` among ``annotation``'s type arguments, at any depth."""
+    for argument in get_args(annotation):
+        if isinstance(argument, type) and issubclass(argument, BaseModel) and argument.__name__ == name:
+            return argument
+        found = _member_named(argument, name)
+        if found is not None:
+            return found
+    return None
+
+
 def validation_problems(error: ValidationError, model: type[BaseModel], unknown: str = "config key",
                         required_hint: str = "") -> list[str]:
     """One line per problem of a failed ``model.model_validate``: a key the model does not
@@ -425,11 +455,9 @@ def validation_problems(error: ValidationError, model: type[BaseModel], unknown:
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(top level)"
         if item["type"] == "extra_forbidden":
-            section = item["loc"][:-1]
-            owner = model
-            for part in section:
-                owner = owner.model_fields[str(part)].annotation  # type: ignore[assignment]
-            valid = ", ".join(_valid_keys(owner, "".join(f"{p}." for p in section)))
+            owner, where = _section_of(model, item["loc"][:-1])
+            key = ".".join(where + [str(item["loc"][-1])])
+            valid = ", ".join(_valid_keys(owner, "".join(f"{p}." for p in where)))
             lines.append(f"unknown {unknown} {key!r}; valid keys here: {valid}")
         elif item["type"] == "missing":
             lines.append(f"{key} is required" + required_hint.format(flag="--" + key.replace("_", "-")))
