@@ -250,6 +250,15 @@ class LearnerConfig(_Section):
         4096, ge=64, description="Tokens per forward/backward pass, padding included (packed: prefix-tree nodes, a shared "
         "prompt counted once); gradients accumulate."
     )
+    distill_coef: float = Field(
+        0.0, ge=0.0, description="Self-distillation beside any credit rule: this times the divergence between the policy "
+        "and the stop-gradient hindsight-conditioned policy (the scoring snapshot with the privileged block) on the "
+        "sampled turns, added to the loss; the trainer then scores hindsight whatever the rule. 0: off."
+    )
+    distill: Literal["sampled"] = Field(
+        "sampled", description="The divergence: sampled, KL(pi || pi_hindsight) estimated on the sampled tokens (their "
+        "log-probs under restricted decoding's renormalization where it restricted)."
+    )
     logit_chunk_tokens: int = Field(
         512, ge=1, description="Action tokens whose logits the LM head makes at a time in the learner's forward: larger is "
         "a larger matmul, and each chunk's [tokens, V] float32 logits and their gradients are the transient peak."
@@ -361,6 +370,11 @@ class TrainConfig(_Section):
         a = self.algo
         return CreditOptions(self.hindsight.weight_norm, a.grpo_scale_by_std, a.grpo_eps, a.opsd_clip, a.opsd_discount,
                              a.hcapo_ratio_clip, a.gigpo_step_weight, a.gigpo_discount)
+
+    @property
+    def scores_hindsight(self) -> bool:
+        """Whether each step's batch is scored under the hindsight context: for the rule, or for distillation."""
+        return self.algo.rule.hindsight or self.learner.distill_coef > 0
 
     @model_validator(mode="after")
     def _check_algorithm(self, info: ValidationInfo) -> TrainConfig:

@@ -83,6 +83,27 @@ def clipped_policy_loss(
     return loss, metrics
 
 
+def sampled_distill_loss(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, num_eligible: int | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The sampled-token estimator of KL(pi_theta || pi_teacher), the teacher held fixed:
+    sum_j rho_j sg(log pi_theta(y_j) - log pi_teacher(y_j)) / N, rho_j = pi_theta / pi_old
+    (the tokens were sampled from pi_old). Its gradient is the reverse KL's: a token the
+    policy holds likelier than the teacher is pushed down, one it holds less likely, up.
+    All tensors [M]; ``num_eligible`` the normalizer N (None: M).
+
+    >>> lp = torch.log(torch.tensor([0.5, 0.5])).requires_grad_()
+    >>> loss, _ = sampled_distill_loss(lp, lp.detach(), torch.log(torch.tensor([0.25, 1.0])))
+    >>> loss.backward(); lp.grad
+    tensor([ 0.3466, -0.3466])
+    """
+    n = float(num_eligible if num_eligible is not None else logprobs.numel())
+    excess = (logprobs - teacher_logprobs).detach()
+    ratio = torch.exp(logprobs - old_logprobs)
+    loss = (ratio * excess).sum() / max(n, 1.0)
+    return loss, {"loss/distill_kl": excess.mean().item() if excess.numel() else 0.0}
+
+
 def add_metrics(totals: dict[str, float], metrics: dict[str, float], weight: float) -> None:
     """Fold one part's metrics into ``totals``: a weighted sum, except the ``*_max`` ones."""
     for key, value in metrics.items():
@@ -128,6 +149,7 @@ class Learner:
         activation_checkpointing: bool,
         packed: bool,
         logit_chunk_tokens: int = 512,
+        distill_coef: float = 0.0,
         ranks: Ranks = SINGLE,
     ):
         self.policy = policy
@@ -139,6 +161,7 @@ class Learner:
         self.optimizer = torch.optim.AdamW(self.model.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.max_grad_norm = max_grad_norm
+        self.distill_coef = distill_coef
         self.micro_batch_tokens = micro_batch_tokens
         self.mini_batch_prompts, self.group_size, self.record_batch_size = mini_batch_prompts, group_size, record_batch_size
 
@@ -153,7 +176,7 @@ class Learner:
                    record_batch_size=section.record_batch_size, weight_decay=section.weight_decay, betas=section.betas,
                    ranks=ranks, parallel=section.parallel, mixed_precision=section.mixed_precision,
                    activation_checkpointing=section.activation_checkpointing, packed=section.packed,
-                   logit_chunk_tokens=section.logit_chunk_tokens)
+                   logit_chunk_tokens=section.logit_chunk_tokens, distill_coef=section.distill_coef)
 
     def save(self, folder: Path) -> None:
         """Write the optimizer's state (and a separate training copy's) into a checkpoint folder."""
@@ -283,5 +306,13 @@ class Learner:
         own = logprobs.detach().split([s.num_action_tokens for s in micro])
         old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device) for s, mine in zip(micro, own)])
         credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
-        return clipped_policy_loss(logprobs, old, credit, self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c,
-                                   num_eligible)
+        loss, metrics = clipped_policy_loss(logprobs, old, credit, self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c,
+                                            num_eligible)
+        if self.distill_coef > 0:
+            if any(s.teacher_logprobs is None for s in micro):
+                raise ValueError("learner.distill_coef > 0 needs each sample's teacher_logprobs (hindsight scoring)")
+            teacher = torch.cat([s.teacher_logprobs for s in micro]).to(logprobs.device)
+            distill, distill_metrics = sampled_distill_loss(logprobs, old, teacher, num_eligible)
+            loss = loss + self.distill_coef * distill
+            metrics.update(distill_metrics)
+        return loss, metrics

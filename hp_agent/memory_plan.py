@@ -280,7 +280,7 @@ def plan_memory(model_config: dict[str, Any], config: TrainConfig, world_size: i
     acts += packed_mask(tokens) if config.learner.packed else 0
     logits = learner_logits(m, tokens, config.learner.logit_chunk_tokens)
     scoring = scoring_forward(m, config.hindsight.score_batch_tokens)
-    scoring += jsd_chunk(m, config.hindsight.jsd_chunk_tokens) if config.algo.rule.hindsight else 0
+    scoring += jsd_chunk(m, config.hindsight.jsd_chunk_tokens) if config.scores_hindsight else 0
     persistent = state.weights + state.master + state.gradients + state.adamw
     sharded = config.learner.parallel == "fsdp2" and world_size > 1
     components = {"weights": state.weights, ("FSDP2 shards + gathered units" if sharded else "fp32 master copy"): state.master,

@@ -241,7 +241,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
         saved = load_checkpoint_state(checkpoint)
     first_step = saved["step"] if saved else 0
     # No replay where the learner does not need one: synchronous, its own pass runs on the snapshot's weights.
-    rollouts.start(policy, first_step, hindsight=config.algo.rule.hindsight,
+    rollouts.start(policy, first_step, hindsight=config.scores_hindsight,
                    replay=learner.needs_behaviour_logprobs(config.trainer.prompts_per_step))
     state = TrainState(0, HistoricalBaseline(**config.baseline.model_dump()), TaskSampler(rollouts.task_ids, config.trainer.seed))
     if saved is not None:

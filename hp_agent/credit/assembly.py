@@ -32,6 +32,8 @@ class TrainingSample:
     None: the learner's own log-probs stand for them, detached (the ratio is exactly 1),
     which is right only in an optimizer step taken on the weights that sampled.
     ``allowed``: the turn's restricted-decoding sets per action token (``Turn.allowed``).
+    ``teacher_logprobs``: the action tokens' log-probs under the hindsight context, where
+    the batch was scored with it (the distillation term's teacher; None: not scored).
     """
 
     input_ids: list[int]
@@ -39,6 +41,7 @@ class TrainingSample:
     old_logprobs: torch.Tensor | None
     credit: torch.Tensor
     allowed: list[list[int] | None] | None = None
+    teacher_logprobs: torch.Tensor | None = None
 
     @property
     def num_action_tokens(self) -> int:
@@ -125,8 +128,10 @@ def assign_credit(
     turn_credit = iter(credit.split([len(turn.action_ids) for turn in turns]))
     samples = [
         [
-            TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, next(turn_credit), turn.allowed)
-            for turn, old in zip(trajectories[k].turns, scores[k].causal_logprobs)
+            TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, next(turn_credit), turn.allowed,
+                           teacher)
+            for turn, old, teacher in zip(trajectories[k].turns, scores[k].causal_logprobs,
+                                          scores[k].hindsight_logprobs or [None] * len(trajectories[k].turns))
         ]
         for k in usable
     ]
