@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from hp_agent.credit import chosen_logprobs, jsd_from_logits, jsd_weights_from_hidden
+from hp_agent.kernels import chosen_logprobs, jsd_from_logits, jsd_weights_from_hidden
 
 VARIANTS = ("naive", "whole-chunk", "chunked", "compiled")
 TARGET_GB = 2.0
@@ -76,17 +76,17 @@ def measure(variant: str, tokens: int, vocab: int, hidden_size: int, chunk_size:
         jsd_weights_from_hidden(causal[:3], hindsight[:3], ids[:3], head, chunk_size, compiled=True)
         compile_s = time.perf_counter() - started
 
-    def run() -> tuple[torch.Tensor, torch.Tensor]:
+    def run() -> tuple[torch.Tensor, ...]:
         if variant == "naive":
             p_logits, q_logits = head(causal), head(hindsight)
-            return jsd_from_logits(p_logits, q_logits), chosen_logprobs(p_logits, ids)
+            return jsd_from_logits(p_logits, q_logits), chosen_logprobs(p_logits, ids), chosen_logprobs(q_logits, ids)
         elements = 1 << 62 if variant == "whole-chunk" else 1 << 23
         return jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size, elements, variant == "compiled")
 
     reset = _reset_peak()
     before_kib = _status_kib("VmRSS")
     started = time.perf_counter()
-    weights, _ = run()
+    weights = run()[0]
     seconds = time.perf_counter() - started
     peak_kib = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"variant": variant, "tokens": tokens, "peak_extra_gb": (peak_kib - before_kib) / 2**20, "seconds": seconds,

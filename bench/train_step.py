@@ -66,14 +66,14 @@ def learner_packing(args: argparse.Namespace) -> None:
     import torch
 
     from hp_agent.config import TrainConfig
-    from hp_agent.credit import HistoricalBaseline
-    from hp_agent.credit_rules import credit_rule
+    from hp_agent.credit.baseline import HistoricalBaseline
+    from hp_agent.credit.registry import credit_rule
     from hp_agent.envs import make
     from hp_agent.hindsight import unreplayed_scores
     from hp_agent.learner import Learner, TrainingSample
     from hp_agent.policies import SamplingParams, load_policy
     from hp_agent.rollout import Episode, collect
-    from hp_agent.trainer import assign_credit
+    from hp_agent.credit.assembly import assign_credit
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

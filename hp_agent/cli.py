@@ -66,7 +66,7 @@ def train(
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted config overrides, e.g. algo.clip_eps_low=0.1"),
     env: Optional[str] = typer.Option(None, help="Env name (default: alfworld)."),
     model: Optional[str] = typer.Option(None, help="tiny, a local folder, or a cached hub id."),
-    algo: Optional[str] = typer.Option(None, help="Credit rule: hp-rlvr, grpo or reinforce (or one you registered)."),
+    algo: Optional[str] = typer.Option(None, help="Credit rule: hp-rlvr, grpo, reinforce, opsd, hcapo, gigpo, spo (docs/algorithm.md), or one you registered."),
     steps: Optional[int] = typer.Option(None, help="Training steps."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
     name: Optional[str] = typer.Option(None, help="Run folder name under trainer.run_dir."),

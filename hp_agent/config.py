@@ -8,18 +8,18 @@ Unknown keys are errors that name the key and list the valid ones.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from hp_agent.credit_rules import CREDIT_RULES, CreditRule, credit_rule
+from hp_agent.credit.registry import CREDIT_RULES, CreditRule, credit_rule
 from hp_agent.devices import resolve_device, resolve_dtype
 from hp_agent.errors import UserError
 from hp_agent.files import atomic_write_text
 
 if TYPE_CHECKING:
-    from hp_agent.credit import CreditOptions
+    from hp_agent.credit.rules import CreditOptions
 
 
 class _Section(BaseModel):
@@ -121,8 +121,9 @@ class ModelConfig(_Section):
 class AlgoConfig(_Section):
     name: str = Field(
         "hp-rlvr",
-        description="Credit rule (hp_agent.credit_rules.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
-        "baseline), reinforce (historical baseline, no hindsight), or one registered with credit_rules.register_credit.",
+        description="Credit rule (hp_agent.credit.registry.CREDIT_RULES): hp-rlvr (single rollout, hindsight credit), grpo (group "
+        "baseline), reinforce (historical baseline, no hindsight), opsd, hcapo, gigpo, spo (related methods, docs/algorithm.md), "
+        "or one registered with credit.registry.register_credit.",
     )
     group_size: int | None = Field(None, ge=1, description="Rollouts per prompt G; default: the rule's (1 for hp-rlvr, 8 for grpo).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower PPO clip: ratio floor 1 - clip_eps_low.")
@@ -133,6 +134,12 @@ class AlgoConfig(_Section):
     )
     grpo_scale_by_std: bool = Field(True, description="GRPO: divide the group-centered reward by the group std.")
     grpo_eps: float = Field(1e-6, gt=0.0, description="GRPO: added to the group std before dividing.")
+    opsd_clip: float = Field(2.0, gt=0.0, description="opsd: the token's log-ratio log pi(y | hindsight) - log pi(y) is clipped to +-this.")
+    opsd_discount: float = Field(0.0, ge=0.0, le=1.0, description="opsd: the clipped log-ratios summed over later tokens of "
+                                 "the trajectory, discounted by this a token (0: each token its own).")
+    hcapo_ratio_clip: float = Field(2.0, gt=1.0, description="hcapo: the hindsight ratio pi(y | hindsight) / pi(y) is clipped to [1/this, this].")
+    gigpo_step_weight: float = Field(1.0, ge=0.0, description="gigpo: weight of the step (anchor-state) advantage beside the episode's.")
+    gigpo_discount: float = Field(0.95, ge=0.0, le=1.0, description="gigpo: discount a turn of the step returns compared at an anchor state.")
 
     @field_validator("name")
     @classmethod
@@ -179,6 +186,10 @@ class BaselineConfig(_Section):
     )
     prior_weight: float = Field(
         1.0, ge=0.0, description="A new task's (or type's) estimate starts from the coarser one, counted as this many rewards (0: plain running mean)."
+    )
+    decay: float | None = Field(
+        None, gt=0.0, le=1.0, description="A discounted count instead of rate: n <- decay n + 1, v <- v + (R - v) / n (SPO's "
+        "per-task tracker, a decaying Beta's mean for rewards in [0, 1]); default none: the rule's (0.9 for spo), else rate."
     )
 
 
@@ -238,6 +249,19 @@ class LearnerConfig(_Section):
     micro_batch_tokens: int = Field(
         4096, ge=64, description="Tokens per forward/backward pass, padding included (packed: prefix-tree nodes, a shared "
         "prompt counted once); gradients accumulate."
+    )
+    distill_coef: float = Field(
+        0.0, ge=0.0, description="Self-distillation beside any credit rule: this times the divergence between the policy "
+        "and the stop-gradient hindsight-conditioned policy (the scoring snapshot with the privileged block) on the "
+        "sampled turns, added to the loss; the trainer then scores hindsight whatever the rule. 0: off."
+    )
+    distill: Literal["sampled"] = Field(
+        "sampled", description="The divergence: sampled, KL(pi || pi_hindsight) estimated on the sampled tokens (their "
+        "log-probs under restricted decoding's renormalization where it restricted)."
+    )
+    logit_chunk_tokens: int = Field(
+        512, ge=1, description="Action tokens whose logits the LM head makes at a time in the learner's forward: larger is "
+        "a larger matmul, and each chunk's [tokens, V] float32 logits and their gradients are the transient peak."
     )
     packed: bool = Field(
         True,
@@ -341,9 +365,16 @@ class TrainConfig(_Section):
     @property
     def credit_options(self) -> CreditOptions:
         """What the credit rules read of this run: ``hindsight.weight_norm`` and ``algo``'s GRPO keys."""
-        from hp_agent.credit import CreditOptions  # torch: the config itself stays light
+        from hp_agent.credit.rules import CreditOptions  # torch: the config itself stays light
 
-        return CreditOptions(self.hindsight.weight_norm, self.algo.grpo_scale_by_std, self.algo.grpo_eps)
+        a = self.algo
+        return CreditOptions(self.hindsight.weight_norm, a.grpo_scale_by_std, a.grpo_eps, a.opsd_clip, a.opsd_discount,
+                             a.hcapo_ratio_clip, a.gigpo_step_weight, a.gigpo_discount)
+
+    @property
+    def scores_hindsight(self) -> bool:
+        """Whether each step's batch is scored under the hindsight context: for the rule, or for distillation."""
+        return self.algo.rule.hindsight or self.learner.distill_coef > 0
 
     @model_validator(mode="after")
     def _check_algorithm(self, info: ValidationInfo) -> TrainConfig:
@@ -354,6 +385,8 @@ class TrainConfig(_Section):
         least = self.algo.rule.min_group_size
         if self.algo.rollouts_per_prompt < least:
             raise ValueError(f"algo.group_size must be >= {least} for {self.algo.name} (a group of one has no baseline)")
+        if self.baseline.decay is None:  # the rule's tracker (SPO's discounted one), recorded in config.yaml
+            self.baseline.decay = self.algo.rule.baseline_decay
         if self.learner.mixed_precision is None:  # resolved here so that config.yaml records what ran
             self.learner.mixed_precision = self.model.dtype != "float32"
         if self.model.dtype == "float16" and not self.learner.mixed_precision:
@@ -398,6 +431,35 @@ def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
+def _section_of(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, list[str]]:
+    """The model a validation error's ``loc`` points into, and the loc's key path there.
+    A part that is no field is a dict's key (kept in the path) or, in a union, the name of
+    the member model that failed (left out of it)."""
+    owner: Any = model
+    where: list[str] = []
+    for part in map(str, loc):
+        fields = getattr(owner, "model_fields", {})
+        member = _member_named(owner, part)
+        if part in fields:
+            owner = fields[part].annotation
+        elif member is not None:
+            owner = member
+            continue
+        where.append(part)
+    return owner, where
+
+
+def _member_named(annotation: Any, name: str) -> type[BaseModel] | None:
+    """The pydantic model called ``name`` among ``annotation``'s type arguments, at any depth."""
+    for argument in get_args(annotation):
+        if isinstance(argument, type) and issubclass(argument, BaseModel) and argument.__name__ == name:
+            return argument
+        found = _member_named(argument, name)
+        if found is not None:
+            return found
+    return None
+
+
 def validation_problems(error: ValidationError, model: type[BaseModel], unknown: str = "config key",
                         required_hint: str = "") -> list[str]:
     """One line per problem of a failed ``model.model_validate``: a key the model does not
@@ -407,11 +469,9 @@ def validation_problems(error: ValidationError, model: type[BaseModel], unknown:
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(top level)"
         if item["type"] == "extra_forbidden":
-            section = item["loc"][:-1]
-            owner = model
-            for part in section:
-                owner = owner.model_fields[str(part)].annotation  # type: ignore[assignment]
-            valid = ", ".join(_valid_keys(owner, "".join(f"{p}." for p in section)))
+            owner, where = _section_of(model, item["loc"][:-1])
+            key = ".".join(where + [str(item["loc"][-1])])
+            valid = ", ".join(_valid_keys(owner, "".join(f"{p}." for p in where)))
             lines.append(f"unknown {unknown} {key!r}; valid keys here: {valid}")
         elif item["type"] == "missing":
             lines.append(f"{key} is required" + required_hint.format(flag="--" + key.replace("_", "-")))

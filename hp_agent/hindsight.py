@@ -28,7 +28,7 @@ import torch
 from hp_agent.batching import span_hidden_states
 from hp_agent.config import TrainConfig
 from hp_agent.constraint import joined_allowed
-from hp_agent.credit import chunked_logprobs, jsd_weights_from_hidden
+from hp_agent.kernels import chunked_logprobs, jsd_weights_from_hidden
 from hp_agent.packing import SCORING, packed_span_hidden_states
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Segment, Trajectory, Turn, segments
@@ -43,10 +43,12 @@ class TrajectoryScores:
     causal_logprobs: log pi_old(y_j | causal history), [len(action_ids)] per turn; None
                      per turn when not replayed (:func:`unreplayed_scores`).
     weights:         normalized JSD w_j in [0, 1] per token (None when not scored).
+    hindsight_logprobs: log pi_old(y_j | hindsight context) per token (None when not scored).
     """
 
     causal_logprobs: list[torch.Tensor | None]
     weights: list[torch.Tensor] | None = None
+    hindsight_logprobs: list[torch.Tensor] | None = None
 
 
 def unreplayed_scores(trajectories: list[Trajectory]) -> list[TrajectoryScores]:
@@ -184,7 +186,8 @@ def hindsight_sequences(
 def score_trajectories(
     policy: Policy, trajectories: list[Trajectory], options: ScoringOptions, with_hindsight: bool
 ) -> list[TrajectoryScores]:
-    """Causal log-probs of every action token and, with hindsight, its JSD weight.
+    """Causal log-probs of every action token and, with hindsight, its JSD weight and its
+    log-prob under the hindsight context.
 
     One hidden-state pass over all causal sequences (one per turn) and hindsight
     sequences (one per segment) together, so that the packed scorer computes their shared
@@ -195,6 +198,7 @@ def score_trajectories(
         TrajectoryScores(
             causal_logprobs=[torch.zeros(len(turn.action_ids)) for turn in traj.turns],
             weights=[torch.zeros(len(turn.action_ids)) for turn in traj.turns] if with_hindsight else None,
+            hindsight_logprobs=[torch.zeros(len(turn.action_ids)) for turn in traj.turns] if with_hindsight else None,
         )
         for traj in trajectories
     ]
@@ -228,14 +232,16 @@ def score_trajectories(
         device=device,
     )
     allowed = joined_allowed(_segment_allowed(trajectories[i].turns[seg.turn], seg) for i, seg, _ in hindsight)
-    weights, logprobs = jsd_weights_from_hidden(
+    views = jsd_weights_from_hidden(
         causal, torch.cat(hidden[len(turn_keys) :]), ids, project, options.jsd_chunk_tokens, compiled=options.compile_jsd,
         allowed=allowed,
     )
     sizes = [segment.end - segment.start for _, segment, _ in hindsight]
-    for (i, segment, _), w, lp in zip(hindsight, weights.cpu().split(sizes), logprobs.cpu().split(sizes), strict=True):
+    parts = zip(hindsight, *(view.cpu().split(sizes) for view in views), strict=True)
+    for (i, segment, _), w, lp, hindsight_lp in parts:
         scores[i].weights[segment.turn][segment.start : segment.end] = w
         scores[i].causal_logprobs[segment.turn][segment.start : segment.end] = lp
+        scores[i].hindsight_logprobs[segment.turn][segment.start : segment.end] = hindsight_lp
     return scores
 
 

@@ -39,6 +39,7 @@ import torch
 
 from hp_agent.batching import token_budget_batches
 from hp_agent.constraint import joined_allowed
+from hp_agent.credit.assembly import TrainingSample
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum
 from hp_agent.packing import TRAINING, packed_batches
 from hp_agent.parallel import Parallel, TrainModel
@@ -82,6 +83,27 @@ def clipped_policy_loss(
     return loss, metrics
 
 
+def sampled_distill_loss(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, num_eligible: int | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The sampled-token estimator of KL(pi_theta || pi_teacher), the teacher held fixed:
+    sum_j rho_j sg(log pi_theta(y_j) - log pi_teacher(y_j)) / N, rho_j = pi_theta / pi_old
+    (the tokens were sampled from pi_old). Its gradient is the reverse KL's: a token the
+    policy holds likelier than the teacher is pushed down, one it holds less likely, up.
+    All tensors [M]; ``num_eligible`` the normalizer N (None: M).
+
+    >>> lp = torch.log(torch.tensor([0.5, 0.5])).requires_grad_()
+    >>> loss, _ = sampled_distill_loss(lp, lp.detach(), torch.log(torch.tensor([0.25, 1.0])))
+    >>> loss.backward(); lp.grad
+    tensor([ 0.3466, -0.3466])
+    """
+    n = float(num_eligible if num_eligible is not None else logprobs.numel())
+    excess = (logprobs - teacher_logprobs).detach()
+    ratio = torch.exp(logprobs - old_logprobs)
+    loss = (ratio * excess).sum() / max(n, 1.0)
+    return loss, {"loss/distill_kl": excess.mean().item() if excess.numel() else 0.0}
+
+
 def add_metrics(totals: dict[str, float], metrics: dict[str, float], weight: float) -> None:
     """Fold one part's metrics into ``totals``: a weighted sum, except the ``*_max`` ones."""
     for key, value in metrics.items():
@@ -89,28 +111,6 @@ def add_metrics(totals: dict[str, float], metrics: dict[str, float], weight: flo
             totals[key] = max(totals.get(key, value), value)
         else:
             totals[key] = totals.get(key, 0.0) + weight * value
-
-
-@dataclass
-class TrainingSample:
-    """One sequence to learn from: a turn's prompt and action, credit on the action.
-
-    ``input_ids = prompt_ids + action_ids``; ``old_logprobs`` and ``credit`` are
-    [len(action_ids)], aligned with the action (the eligible) tokens. ``old_logprobs``
-    None: the learner's own log-probs stand for them, detached (the ratio is exactly 1),
-    which is right only in an optimizer step taken on the weights that sampled.
-    ``allowed``: the turn's restricted-decoding sets per action token (``Turn.allowed``).
-    """
-
-    input_ids: list[int]
-    action_start: int
-    old_logprobs: torch.Tensor | None
-    credit: torch.Tensor
-    allowed: list[list[int] | None] | None = None
-
-    @property
-    def num_action_tokens(self) -> int:
-        return len(self.input_ids) - self.action_start
 
 
 @dataclass
@@ -148,16 +148,20 @@ class Learner:
         mixed_precision: bool,
         activation_checkpointing: bool,
         packed: bool,
+        logit_chunk_tokens: int = 512,
+        distill_coef: float = 0.0,
         ranks: Ranks = SINGLE,
     ):
         self.policy = policy
         self.ranks = ranks
         self.packed = packed
         self.model = TrainModel(policy.model, temperature, ranks, parallel, mixed_precision, activation_checkpointing,
-                                packed, pad_id=policy.tokenizer.pad_token_id or 0, weights_changed=policy.weights_changed)
+                                packed, pad_id=policy.tokenizer.pad_token_id or 0, weights_changed=policy.weights_changed,
+                                logit_chunk_tokens=logit_chunk_tokens)
         self.optimizer = torch.optim.AdamW(self.model.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.max_grad_norm = max_grad_norm
+        self.distill_coef = distill_coef
         self.micro_batch_tokens = micro_batch_tokens
         self.mini_batch_prompts, self.group_size, self.record_batch_size = mini_batch_prompts, group_size, record_batch_size
 
@@ -171,7 +175,8 @@ class Learner:
                    mini_batch_prompts=section.mini_batch_prompts, group_size=config.algo.rollouts_per_prompt,
                    record_batch_size=section.record_batch_size, weight_decay=section.weight_decay, betas=section.betas,
                    ranks=ranks, parallel=section.parallel, mixed_precision=section.mixed_precision,
-                   activation_checkpointing=section.activation_checkpointing, packed=section.packed)
+                   activation_checkpointing=section.activation_checkpointing, packed=section.packed,
+                   logit_chunk_tokens=section.logit_chunk_tokens, distill_coef=section.distill_coef)
 
     def save(self, folder: Path) -> None:
         """Write the optimizer's state (and a separate training copy's) into a checkpoint folder."""
@@ -301,5 +306,13 @@ class Learner:
         own = logprobs.detach().split([s.num_action_tokens for s in micro])
         old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device) for s, mine in zip(micro, own)])
         credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
-        return clipped_policy_loss(logprobs, old, credit, self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c,
-                                   num_eligible)
+        loss, metrics = clipped_policy_loss(logprobs, old, credit, self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c,
+                                            num_eligible)
+        if self.distill_coef > 0:
+            if any(s.teacher_logprobs is None for s in micro):
+                raise ValueError("learner.distill_coef > 0 needs each sample's teacher_logprobs (hindsight scoring)")
+            teacher = torch.cat([s.teacher_logprobs for s in micro]).to(logprobs.device)
+            distill, distill_metrics = sampled_distill_loss(logprobs, old, teacher, num_eligible)
+            loss = loss + self.distill_coef * distill
+            metrics.update(distill_metrics)
+        return loss, metrics

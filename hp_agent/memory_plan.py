@@ -25,10 +25,8 @@ GIB = 1 << 30
 # What a plan may use of a device's memory: the plan does not count the CUDA context,
 # allocator fragmentation, NCCL buffers or kernel workspaces (docs/scale.md plans to ~90%).
 USABLE_FRACTION = 0.9
-# Defaults of hp_agent.credit's chunk sizes (chunked_logprobs' chunk_size,
-# chunked_jsd_from_logits' chunk_elements), kept here so that planning imports no torch;
-# tests/test_memory_plan.py checks they still agree.
-LOGPROB_CHUNK = 512
+# The default of hp_agent.kernels' row chunk (chunked_jsd_from_logits' chunk_elements), kept
+# here so that planning imports no torch; tests/test_memory_plan.py checks they still agree.
 JSD_CHUNK_ELEMENTS = 1 << 23
 # The vLLM engine's KV cache where model.vllm.kv_cache_gb is None off CUDA (VLLMConfig).
 CPU_KV_CACHE_GB = 1.0
@@ -150,11 +148,11 @@ def packed_mask(tokens: int) -> int:
     return tokens * tokens
 
 
-def learner_logits(m: ModelShape, tokens: int) -> int:
+def learner_logits(m: ModelShape, tokens: int, chunk_tokens: int) -> int:
     """chosen_logprobs keeps each chunk's fp32 logits for backward, so every action token of
     the micro-batch holds V x 4 bytes until backward (bound: all tokens are action tokens),
-    plus one chunk's backward transients (fp32 grad, bf16 grad)."""
-    return tokens * m.vocab * 4 + LOGPROB_CHUNK * m.vocab * (4 + 2 + 2)
+    plus one chunk's backward transients (fp32 grad, bf16 grad; ``learner.logit_chunk_tokens``)."""
+    return tokens * m.vocab * 4 + min(chunk_tokens, tokens) * m.vocab * (4 + 2 + 2)
 
 
 def jsd_chunk(m: ModelShape, chunk_tokens: int) -> int:
@@ -280,9 +278,9 @@ def plan_memory(model_config: dict[str, Any], config: TrainConfig, world_size: i
     tokens = config.learner.micro_batch_tokens
     acts = activations(m, tokens, config.learner.activation_checkpointing)
     acts += packed_mask(tokens) if config.learner.packed else 0
-    logits = learner_logits(m, tokens)
+    logits = learner_logits(m, tokens, config.learner.logit_chunk_tokens)
     scoring = scoring_forward(m, config.hindsight.score_batch_tokens)
-    scoring += jsd_chunk(m, config.hindsight.jsd_chunk_tokens) if config.algo.rule.hindsight else 0
+    scoring += jsd_chunk(m, config.hindsight.jsd_chunk_tokens) if config.scores_hindsight else 0
     persistent = state.weights + state.master + state.gradients + state.adamw
     sharded = config.learner.parallel == "fsdp2" and world_size > 1
     components = {"weights": state.weights, ("FSDP2 shards + gathered units" if sharded else "fp32 master copy"): state.master,

@@ -41,7 +41,7 @@ from torch import nn
 
 from hp_agent.batching import pad_right, predicting_states
 from hp_agent.constraint import Allowed
-from hp_agent.credit import chunked_logprobs
+from hp_agent.kernels import chunked_logprobs
 from hp_agent.distributed import SINGLE, Ranks
 from hp_agent.errors import UserFileNotFoundError
 from hp_agent.packing import TRAINING, check_masked_attention, packed_span_hidden_states
@@ -54,7 +54,7 @@ LEARNER_FOLDER = "learner"  # a checkpoint's training copy and optimizer state (
 class ActionLogprobs(nn.Module):
     """log pi(token) of each sequence's span, under ``model`` at ``temperature``: the
     decoder's final states at the positions that predict the span, then the LM head,
-    512 tokens of logits at a time (across rows). ``allowed``: per span token, in order, the
+    ``logit_chunk_tokens`` tokens of logits at a time (across rows). ``allowed``: per span token, in order, the
     ids decoding was restricted to (None: any), renormalized over as the sampler did.
 
     ``packed``: the sequences run as prefix-tree rows (:mod:`hp_agent.packing`), a prefix
@@ -63,9 +63,10 @@ class ActionLogprobs(nn.Module):
     forward, as DDP and FSDP2 need. ``pad_id``: the token padding slots hold (masked out).
     """
 
-    def __init__(self, model: nn.Module, temperature: float, packed: bool, pad_id: int):
+    def __init__(self, model: nn.Module, temperature: float, packed: bool, pad_id: int, logit_chunk_tokens: int = 512):
         super().__init__()
         self.model, self.temperature, self.packed, self.pad_id = model, temperature, packed, pad_id
+        self.logit_chunk_tokens = logit_chunk_tokens
 
     def forward(self, sequences: list[list[int]], spans: list[tuple[int, int]],
                 allowed: Allowed | None = None) -> list[torch.Tensor]:
@@ -85,7 +86,7 @@ class ActionLogprobs(nn.Module):
         # All rows' spans through the head together: one large matmul per chunk, not one small one per row.
         targets = torch.tensor([token for sequence, (start, end) in zip(sequences, spans) for token in sequence[start:end]],
                                dtype=torch.long, device=states.device)
-        return list(chunked_logprobs(states, targets, project, allowed=allowed).split([end - start for start, end in spans]))
+        return list(chunked_logprobs(states, targets, project, self.logit_chunk_tokens, allowed).split([end - start for start, end in spans]))
 
 
 class TrainModel:
@@ -95,7 +96,7 @@ class TrainModel:
     one rank). ``mixed_precision``: bf16 compute, fp32 weights, gradients and optimizer
     state (autocast, or FSDP2's ``MixedPrecisionPolicy``). ``activation_checkpointing``:
     each decoder layer's activations are recomputed in backward instead of kept.
-    ``packed``, ``pad_id``: see :class:`ActionLogprobs`; a model whose attention cannot
+    ``packed``, ``pad_id``, ``logit_chunk_tokens``: see :class:`ActionLogprobs`; a model whose attention cannot
     take a packed row's mask is refused here, before any rollout.
     ``weights_changed``: called by :meth:`publish` once the policy's model holds new
     weights (the policy's ``weights_changed``; None: nothing to tell).
@@ -103,7 +104,7 @@ class TrainModel:
 
     def __init__(self, model: nn.Module, temperature: float, ranks: Ranks = SINGLE, parallel: Parallel = "ddp",
                  mixed_precision: bool = False, activation_checkpointing: bool = False, packed: bool = True,
-                 pad_id: int = 0, weights_changed: Callable[[], None] | None = None):
+                 pad_id: int = 0, weights_changed: Callable[[], None] | None = None, logit_chunk_tokens: int = 512):
         if parallel not in ("ddp", "fsdp2"):
             raise ValueError(f"learner.parallel={parallel!r}; valid: ddp, fsdp2")
         if packed:
@@ -119,7 +120,7 @@ class TrainModel:
         if activation_checkpointing:
             base = trained.get_base_model() if hasattr(trained, "get_base_model") else trained  # LoRA: the transformers model
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.module: nn.Module = ActionLogprobs(trained, temperature, packed, pad_id)
+        self.module: nn.Module = ActionLogprobs(trained, temperature, packed, pad_id, logit_chunk_tokens)
         if self.sharded:
             self.module = _fully_shard(self.module, trained, mixed_precision)
         elif ranks.enabled:

@@ -21,7 +21,7 @@ import torch
 
 from hp_agent.batching import span_hidden_states, token_budget_batches
 from hp_agent.config import TrainConfig
-from hp_agent.credit import chunked_logprobs
+from hp_agent.kernels import chunked_logprobs
 from hp_agent.envs import make
 from hp_agent.envs.alfworld.env import action_template_of
 from hp_agent.errors import UserFileExistsError, UserValueError

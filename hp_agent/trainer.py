@@ -23,23 +23,21 @@ import torch
 
 from hp_agent.async_rollout import RolloutProcess
 from hp_agent.config import TrainConfig, load_config, save_config
-from hp_agent.credit import CreditBatch, CreditOptions, HistoricalBaseline, credit_breakdown, zero_turn_credit
-from hp_agent.credit_rules import CreditRule
+from hp_agent.credit.assembly import answer_format_masks, assign_credit
+from hp_agent.credit.baseline import HistoricalBaseline
 from hp_agent.credit_view import VIEWS_FILE, with_credit
 from hp_agent.devices import check_device
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
 from hp_agent.errors import UserError, UserFileExistsError, UserFileNotFoundError, UserValueError
-from hp_agent.hindsight import TrajectoryScores
-from hp_agent.learner import Learner, StepRecord, TrainingSample, add_metrics
+from hp_agent.learner import Learner, StepRecord, add_metrics
 from hp_agent.memory_plan import check_memory
-from hp_agent.policies import Policy
 from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import PhaseTimes
 from hp_agent.run_folder import latest_checkpoint
 from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, resume_checkpoint, save_checkpoint
 from hp_agent.scored_batch import InlineRollouts, RolloutJob, ScoredBatch
-from hp_agent.trajectory import Trajectory, format_token_mask, usable_indices
+from hp_agent.trajectory import Trajectory
 
 
 class TrainingError(UserError, RuntimeError):
@@ -79,80 +77,6 @@ class TaskSampler:
             if self.position >= len(order):
                 self.epoch, self.position = self.epoch + 1, 0
         return out
-
-
-def credit_batch(
-    trajectories: list[Trajectory], scores: list[TrajectoryScores], baselines: list[float], with_weights: bool
-) -> CreditBatch:
-    """The flat tensors a credit rule reads; ``baselines[i]``: trajectory i's b, read before any update."""
-    turns = [(i, turn) for i, traj in enumerate(trajectories) for turn in traj.turns]
-    token_turn = torch.cat([torch.full((len(turn.action_ids),), k, dtype=torch.long) for k, (_, turn) in enumerate(turns)])
-    return CreditBatch(
-        rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
-        baselines=torch.tensor(baselines, dtype=torch.float32),
-        groups=torch.tensor([t.group for t in trajectories], dtype=torch.long),
-        turn_trajectory=torch.tensor([i for i, _ in turns], dtype=torch.long),
-        turn_shaping=torch.tensor([turn.shaping for _, turn in turns], dtype=torch.float32),
-        token_turn=token_turn,
-        weights=torch.cat([w for score in scores for w in score.weights]) if with_weights else None,
-    )
-
-
-def assign_credit(
-    trajectories: list[Trajectory],
-    scores: list[TrajectoryScores],
-    rule: CreditRule,
-    options: CreditOptions,
-    baseline: HistoricalBaseline,
-    format_masks: list[list[list[bool]]] | None = None,
-    ranks: Ranks = SINGLE,
-    mask_truncated: bool = False,
-) -> tuple[list[list[TrainingSample]], dict[str, float]]:
-    """Token credit for every turn of every usable trajectory (DESIGN.md steps 5-6), then
-    the baseline update. Returns the learner's samples, one list of turns per trajectory.
-    ``mask_truncated`` (``rollout.truncated_turn=mask``): a truncated turn's tokens get zero credit.
-
-    ``format_masks[i][t]`` marks answer-format tokens of turn t of trajectory i (for the
-    credit breakdown; all content when absent). With several ``ranks``, the baseline is
-    read for and updated with every rank's trajectories in rank order, so that its state,
-    and the credit, do not depend on how the batch was split.
-    """
-    usable = usable_indices(trajectories)
-    kept = [trajectories[k] for k in usable]
-    outcomes = all_gather([(t.env, t.task_type, t.task_id, t.reward) for t in kept], ranks)
-    everyone = [outcome for part in outcomes for outcome in part]
-    offset = sum(len(part) for part in outcomes[: ranks.rank])
-    baselines = baseline.batch_values([o[:3] for o in everyone], [o[3] for o in everyone])[offset : offset + len(kept)]
-    for env, task_type, task_id, reward in everyone:
-        baseline.update(env, task_type, task_id, reward)
-    if not kept:
-        return [], {}
-    batch = credit_batch(kept, [scores[k] for k in usable], baselines, rule.hindsight)
-    credit, metrics = rule.fn(batch, options)
-    turns = [turn for traj in kept for turn in traj.turns]
-    if mask_truncated:
-        credit = zero_turn_credit(credit, batch.token_turn, torch.tensor([turn.truncated for turn in turns], dtype=torch.bool))
-    if format_masks is None:
-        format_masks = [[[False] * len(turn.action_ids) for turn in t.turns] for t in trajectories]
-    format_mask = torch.tensor([bit for k in usable for turn_mask in format_masks[k] for bit in turn_mask], dtype=torch.bool)
-    invalid = torch.tensor([turn.invalid for turn in turns], dtype=torch.bool)
-    metrics.update(credit_breakdown(credit, batch.token_turn, invalid, format_mask))
-    metrics["credit/baseline_mean"] = float(batch.baselines.mean())
-    turn_credit = iter(credit.split([len(turn.action_ids) for turn in turns]))
-    samples = [
-        [
-            TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, next(turn_credit), turn.allowed)
-            for turn, old in zip(trajectories[k].turns, scores[k].causal_logprobs)
-        ]
-        for k in usable
-    ]
-    return samples, metrics
-
-
-def answer_format_masks(policy: Policy, trajectories: list[Trajectory], answer_format: str | None) -> list[list[list[bool]]]:
-    """Per trajectory and turn: True on the action's answer-format tokens (see ``TextEnv.answer_format``)."""
-    special = policy.tokenizer.all_special_tokens
-    return [[format_token_mask(policy.decode_tokens(turn.action_ids), answer_format, special) for turn in t.turns] for t in trajectories]
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
@@ -317,7 +241,7 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
         saved = load_checkpoint_state(checkpoint)
     first_step = saved["step"] if saved else 0
     # No replay where the learner does not need one: synchronous, its own pass runs on the snapshot's weights.
-    rollouts.start(policy, first_step, hindsight=config.algo.rule.hindsight,
+    rollouts.start(policy, first_step, hindsight=config.scores_hindsight,
                    replay=learner.needs_behaviour_logprobs(config.trainer.prompts_per_step))
     state = TrainState(0, HistoricalBaseline(**config.baseline.model_dump()), TaskSampler(rollouts.task_ids, config.trainer.seed))
     if saved is not None:

@@ -15,11 +15,11 @@ import json
 import torch
 
 from hp_agent.config import TrainConfig
-from hp_agent.credit import HistoricalBaseline
-from hp_agent.credit_rules import CREDIT_RULES
+from hp_agent.credit.baseline import HistoricalBaseline
+from hp_agent.credit.registry import CREDIT_RULES
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import load_policy
-from hp_agent.trainer import assign_credit
+from hp_agent.credit.assembly import assign_credit
 from hp_agent.trajectory import Trajectory
 
 

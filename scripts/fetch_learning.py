@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 import hp_agent
-from hp_agent.credit import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
-from hp_agent.credit_rules import register_credit
+from hp_agent.credit.rules import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
+from hp_agent.credit.registry import register_credit
 from hp_agent.evaluation import improvement_p_value, wilson_interval
 from hp_agent.policies import SamplingParams
 

@@ -29,7 +29,7 @@ from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
-from hp_agent.trainer import answer_format_masks
+from hp_agent.credit.assembly import answer_format_masks
 
 INTERACTIONS = ("take", "move", "put", "heat", "cool", "clean", "use", "slice")
 

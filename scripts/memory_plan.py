@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hp_agent.config import TrainConfig, load_config
-from hp_agent.memory_plan import (GIB, JSD_CHUNK_ELEMENTS, LOGPROB_CHUNK, MemoryPlan, ModelShape, act_layer_bytes_per_token,
+from hp_agent.memory_plan import (GIB, JSD_CHUNK_ELEMENTS, MemoryPlan, ModelShape, act_layer_bytes_per_token,
                                   jsd_chunk, kv_bytes_per_token, lora_params, parameter_counts, plan_memory,
                                   scoring_forward)
 
@@ -92,7 +92,7 @@ def main() -> None:
     d = config_for([])
     print(f"toolkit defaults: learner.micro_batch_tokens={d.learner.micro_batch_tokens}, "
           f"hindsight.jsd_chunk_tokens={d.hindsight.jsd_chunk_tokens}, hindsight.score_batch_tokens={d.hindsight.score_batch_tokens}, "
-          f"model.prefix_cache_tokens={d.model.prefix_cache_tokens}, chunked_logprobs chunk={LOGPROB_CHUNK}, "
+          f"model.prefix_cache_tokens={d.model.prefix_cache_tokens}, learner.logit_chunk_tokens={d.learner.logit_chunk_tokens}, "
           f"JSD chunk_elements={JSD_CHUNK_ELEMENTS}; the vLLM rows set model.vllm.kv_cache_gb={KV_CACHE_GB}")
     print()
     print("| model | hidden | inter | layers | heads q/kv | tied | params (computed) | published | non-emb | LoRA r=16 | LoRA r=64 | KV/token | act/token/layer |")

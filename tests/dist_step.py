@@ -16,12 +16,12 @@ from pathlib import Path
 import torch
 
 from hp_agent.config import load_config
-from hp_agent.credit import HistoricalBaseline
-from hp_agent.credit_rules import credit_rule
+from hp_agent.credit.baseline import HistoricalBaseline
+from hp_agent.credit.registry import credit_rule
 from hp_agent.distributed import init_from_env, shard
 from hp_agent.learner import Learner
 from hp_agent.policies import load_policy
-from hp_agent.trainer import assign_credit
+from hp_agent.credit.assembly import assign_credit
 
 LEARNER = ["learner.lr=1e-3", "learner.mini_batch_prompts=3", "learner.record_batch_size=2"]
 

@@ -42,6 +42,24 @@ def test_eval_points_and_plans(tmp_path):
         load_compare_config(None, env="keys", steps=4, out=tmp_path, overrides=["trainer.prompts=3"])
 
 
+def test_methods_are_named_configurations(tmp_path):
+    """A method is a rule's name with its G, or a name with its own rule, G and overrides:
+    two configurations of one rule side by side, each its own run folder."""
+    config = load_compare_config(None, env="keys", steps=2, out=tmp_path, overrides=["learner.lr=1e-4"], methods={
+        "hp-rlvr": 1, "grpo": 8, "hp-rlvr-max": {"algo": "hp-rlvr", "overrides": ["hindsight.weight_norm=max", "learner.lr=2e-4"]},
+        "gigpo": {"group_size": 4}})
+    assert [config.method(name).algo for name in config.methods] == ["hp-rlvr", "grpo", "hp-rlvr", "gigpo"]
+    plain, maxed, gigpo = (config.train_config(name) for name in ("hp-rlvr", "hp-rlvr-max", "gigpo"))
+    assert (plain.hindsight.weight_norm, maxed.hindsight.weight_norm) == ("none", "max")
+    assert (plain.learner.lr, maxed.learner.lr) == (1e-4, 2e-4)  # the method's own override wins
+    assert (maxed.algo.name, maxed.trainer.name, gigpo.algo.group_size) == ("hp-rlvr", "hp-rlvr-max", 4)
+    assert config.run_dir("hp-rlvr-max") != config.run_dir("hp-rlvr")
+    with pytest.raises(ConfigError, match="unknown credit rule 'nope'"):
+        load_compare_config(None, env="keys", steps=2, out=tmp_path, methods={"mine": {"algo": "nope"}})
+    with pytest.raises(ConfigError, match="methods"):
+        load_compare_config(None, env="keys", steps=2, out=tmp_path, methods={"mine": {"group": 2}})
+
+
 def test_compare_evaluates_on_the_env_training_only_narrowed():
     """Evaluation keeps the kwargs that define the game and drops the training sample,
     episode cut and shaping reward."""
@@ -95,7 +113,8 @@ def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkey
     for method in (hp, grpo):
         assert sum(method["phases_s"].values()) == pytest.approx(method["wall_s"], rel=1e-6)
     assert settings(out).train_config("hp-rlvr").trainer.views_per_step == 0
-    assert summary["grpo_over_hp_rlvr"]["wall"] == pytest.approx(grpo["wall_s"] / hp["wall_s"])
+    assert summary["over_hp_rlvr"]["grpo"]["wall"] == pytest.approx(grpo["wall_s"] / hp["wall_s"])
+    assert [e["episodes"] for e in hp["evaluations"]] == [2, 4] and [e["episodes"] for e in grpo["evaluations"]] == [16, 32]
     cpu = [json.loads(line)["cpu/step_s"] for line in (out / "runs" / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert all(c > 0 for c in cpu) and grpo["cpu_s"] == pytest.approx(sum(cpu))
     assert hp["grad_records"] > 0 and grpo["grad_records"] > 0
@@ -110,9 +129,9 @@ def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkey
 
     report = (out / "report.md").read_text()
     for heading in ("Table 1", "Table 2", "Table 3", "Table 5", "Every evaluation", "One-sided p of a gain", "| metric | start | hp-rlvr | grpo |",
-                    "| start | 0 | 0.0 |"):
+                    "| start | 0 | 0 | 0.0 |", "| grpo | grpo | 8 | 16 |"):
         assert heading in report
-    for figure in ("score_vs_time.png", "zero_grad.png", "phases.png"):
+    for figure in ("score_vs_time.png", "score_vs_episodes.png", "zero_grad.png", "phases.png"):
         assert (out / figure).read_bytes().startswith(b"\x89PNG")
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
 

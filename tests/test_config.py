@@ -50,7 +50,7 @@ def test_yaml_file_round_trip(tmp_path):
 
 
 def test_credit_rule_names_and_top_p_are_checked():
-    with pytest.raises(ConfigError, match="unknown credit rule 'ppo'; registered: grpo, hp-rlvr, reinforce"):
+    with pytest.raises(ConfigError, match="unknown credit rule 'ppo'; registered: gigpo, grpo, hcapo, hp-rlvr, opsd, reinforce, spo"):
         load_config(overrides=["algo.name=ppo"])
     assert load_config(overrides=["algo.name=reinforce"]).algo.rollouts_per_prompt == 1
     with pytest.raises(ConfigError, match=r"rollout.top_p=0.9 cannot train.*set rollout.top_p=1.0"):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hp_agent.constraint import ActionTrie, allowed_mask, joined_allowed, restrict_logits
-from hp_agent.credit import chosen_logprobs, jsd_from_logits
+from hp_agent.kernels import chosen_logprobs, jsd_from_logits
 
 RESPONSES = [[5, 6, 2], [5, 7, 2], [8, 2]]  # e.g. "go left", "go right", "stop", each ending with end-of-turn 2
 

@@ -9,22 +9,11 @@ import torch
 from scipy.spatial.distance import jensenshannon
 
 from hp_agent.config import TrainConfig
-from hp_agent.credit import (
-    CreditBatch,
-    HistoricalBaseline,
-    chunked_jsd_from_logits,
-    chunked_logprobs,
-    credit_breakdown,
-    grpo_advantages,
-    grpo_credit,
-    hp_rlvr_credit,
-    jsd_from_logits,
-    jsd_weights_from_hidden,
-    normalize_weights,
-    reinforce_credit,
-    zero_turn_credit,
-)
-from hp_agent.credit_rules import CREDIT_RULES, credit_rule, register_credit
+from hp_agent.credit.baseline import HistoricalBaseline
+from hp_agent.credit.registry import CREDIT_RULES, credit_rule, register_credit
+from hp_agent.credit.rules import (CreditBatch, credit_breakdown, grpo_advantages, grpo_credit, hp_rlvr_credit,
+                                   normalize_weights, reinforce_credit, zero_turn_credit)
+from hp_agent.kernels import chunked_jsd_from_logits, chunked_logprobs, jsd_from_logits, jsd_weights_from_hidden
 from hp_agent.learner import clipped_policy_loss
 
 INF = float("inf")
@@ -79,14 +68,17 @@ def test_chunked_jsd_equals_unchunked():
     with torch.no_grad():
         whole = jsd_from_logits(head(causal), head(hindsight))
         reference_lp = torch.log_softmax(head(causal), -1).gather(-1, ids[:, None]).squeeze(-1)
+        reference_hindsight_lp = torch.log_softmax(head(hindsight), -1).gather(-1, ids[:, None]).squeeze(-1)
         # chunk_elements 120 -> 3 rows at a time inside each 4-token chunk; 1 -> one row at a time.
         for chunk_size, chunk_elements in [(4, 1 << 23), (4, 120), (13, 1), (100, 40 * 5)]:
-            weights, logprobs = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size, chunk_elements)
+            weights, logprobs, hindsight_logprobs = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size,
+                                                                            chunk_elements)
             assert torch.allclose(weights, whole, atol=1e-6)
             assert torch.allclose(logprobs, reference_lp, atol=1e-6)
+            assert torch.allclose(hindsight_logprobs, reference_hindsight_lp, atol=1e-6)
         assert torch.allclose(chunked_logprobs(causal, ids, head, chunk_size=5), reference_lp, atol=1e-6)
         empty = jsd_weights_from_hidden(causal[:0], hindsight[:0], ids[:0], head)
-        assert empty[0].shape == empty[1].shape == (0,)
+        assert empty.weights.shape == empty.causal_logprobs.shape == empty.hindsight_logprobs.shape == (0,)
 
 
 @pytest.mark.parametrize("chunk_elements", [1, 50, 1 << 23])
@@ -213,7 +205,7 @@ def test_credit_rules_are_registered_by_name():
     # the registry names the built-in rules without importing torch; each resolves to its function
     assert credit_rule("hp-rlvr").fn is hp_rlvr_credit and credit_rule("grpo").fn is grpo_credit
     assert credit_rule("reinforce").fn is reinforce_credit
-    with pytest.raises(KeyError, match="unknown credit rule 'ppo'; registered: .*grpo, hp-rlvr"):
+    with pytest.raises(KeyError, match="unknown credit rule 'ppo'; registered: .*grpo, hcapo, hp-rlvr"):
         credit_rule("ppo")
 
     @register_credit("test-constant")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hp_agent.credit_rules import credit_rule
+from hp_agent.credit.registry import credit_rule
 from hp_agent.distributed import SINGLE, Ranks, shard
 from hp_agent.files import read_jsonl_records
 from hp_agent.hindsight import ScoringOptions, score_trajectories

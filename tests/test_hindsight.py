@@ -107,6 +107,26 @@ def test_identical_contexts_give_zero_weight(tiny_policy, monkeypatch):
     (scores,) = score_trajectories(tiny_policy, [trajectory], replace(ScoringOptions.from_config(), max_segment_tokens=5), with_hindsight=True)
     assert scores.weights[0].shape == (len(trajectory.turns[0].action_ids),)
     assert scores.weights[0].abs().max().item() < 1e-5
+    assert torch.allclose(scores.hindsight_logprobs[0], scores.causal_logprobs[0], atol=1e-5)
+
+
+def test_hindsight_logprobs_match_a_plain_forward_of_each_hindsight_sequence(tiny_policy):
+    """The sampled token's log-prob under the hindsight context (what OPSD and HCAPO read),
+    segment by segment, against the model run on that segment's hindsight ids alone; and it
+    differs from the causal one where the block changes the distribution."""
+    long_response = "\n\n".join(f"Step {k}: add {k} and {k + 1} to get {2 * k + 1}." for k in range(3))
+    trajectory, _ = _math_trajectory(tiny_policy, long_response)
+    options = replace(ScoringOptions.from_config(), max_segment_tokens=12)
+    (scores,) = score_trajectories(tiny_policy, [trajectory], options, with_hindsight=True)
+    sequences = hindsight_sequences(tiny_policy, [trajectory], options)
+    assert len(sequences) >= 3
+    for _, segment, ids in sequences:
+        with torch.no_grad():
+            logits = tiny_policy.model(torch.tensor([ids])).logits[0]
+        start = len(ids) - (segment.end - segment.start)
+        expected = torch.log_softmax(logits[start - 1 : -1], -1).gather(-1, torch.tensor(ids[start:])[:, None]).squeeze(-1)
+        assert torch.allclose(scores.hindsight_logprobs[segment.turn][segment.start : segment.end], expected, atol=1e-4)
+    assert (scores.hindsight_logprobs[0] - scores.causal_logprobs[0]).abs().max() > 1e-3
 
 
 def test_hindsight_weights_are_bounded_and_informative(tiny_policy):
@@ -177,6 +197,7 @@ def test_packed_scoring_equals_the_per_segment_reference(tiny_policy, kind):
     reference = score_trajectories(tiny_policy, trajectories, replace(options, packed=False), with_hindsight=True)
     assert _max_difference(packed, reference, "causal_logprobs") <= 1e-4
     assert _max_difference(packed, reference, "weights") <= 1e-4
+    assert _max_difference(packed, reference, "hindsight_logprobs") <= 1e-4
     assert max(w.max().item() for score in reference for w in score.weights) > 1e-3  # not trivially zero
     # Several segments per trajectory, and the packed rows share the long prompts' prefixes.
     hindsight = hindsight_sequences(tiny_policy, trajectories, options)

@@ -19,7 +19,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "hp_agent"
 
 # Modules below the learning stack: they may not import what is above them.
-LOWER = ("hp_agent.envs", "hp_agent.verifiers", "hp_agent.trajectory", "hp_agent.credit", "hp_agent.credit_rules",
+LOWER = ("hp_agent.envs", "hp_agent.verifiers", "hp_agent.trajectory", "hp_agent.credit", "hp_agent.kernels",
          "hp_agent.files", "hp_agent.run_folder", "hp_agent.errors", "hp_agent.paths", "hp_agent.constraint")
 UPPER = ("hp_agent.policies", "hp_agent.trainer", "hp_agent.learner", "hp_agent.reports", "hp_agent.rollout",
          "hp_agent.hindsight", "hp_agent.sft", "hp_agent.evaluation", "hp_agent.cli")

@@ -1,20 +1,22 @@
 """Learner: token in, token out; masks; zero gradients; micro-batch invariance; bad steps."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 
 from hp_agent import TextEnv, Verdict
 from hp_agent.config import TrainConfig
-from hp_agent.credit import HistoricalBaseline
-from hp_agent.credit_rules import CREDIT_RULES, credit_rule, register_credit
+from hp_agent.credit.baseline import HistoricalBaseline
+from hp_agent.credit.registry import CREDIT_RULES, credit_rule, register_credit
 from hp_agent.envs import make
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.learner import Learner, TrainingSample, clipped_policy_loss
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
-from hp_agent.trainer import TrainingError, _account_grad_records, assign_credit
+from hp_agent.credit.assembly import assign_credit
+from hp_agent.trainer import TrainingError, _account_grad_records
 
 
 @pytest.fixture()
@@ -388,3 +390,46 @@ def test_a_low_precision_model_trains_float32_master_weights_by_default():
         trained = dict(learner.model.trained.named_parameters())[name].detach().float()
         moved[config.learner.mixed_precision] = (trained != start).float().mean().item()
     assert moved[True] > 0.9 and moved[False] < 0.5, moved
+
+
+def test_distillation_moves_each_sampled_token_toward_the_teacher(policy):
+    """learner.distill_coef with zero credit: one step raises the log-prob of the sampled
+    tokens the hindsight teacher holds likelier than the policy and lowers the others'; the
+    credit rule's term alone (coefficient 0) does nothing; and the teacher is required."""
+    trajectories = _rollouts(policy, tasks=2)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
+    samples, _ = _credit(trajectories, scores)
+    assert all(torch.equal(s.teacher_logprobs, score.hindsight_logprobs[0]) for (s,), score in zip(samples, scores))
+    own = [[replace(s, credit=torch.zeros_like(s.credit)) for s in turns] for turns in samples]
+    student = torch.cat([s.old_logprobs for turns in own for s in turns])
+    # a teacher 1 nat above the student on even tokens, 1 nat below on odd ones
+    shift = torch.tensor([1.0 if j % 2 == 0 else -1.0 for j in range(student.numel())])
+    parts = iter((student + shift).split([s.num_action_tokens for turns in own for s in turns]))
+    taught = [[replace(s, teacher_logprobs=next(parts)) for s in turns] for turns in own]
+
+    def after_one_step(batch, coef):
+        torch.manual_seed(0)
+        model = load_policy("tiny")
+        learner = _learner(model, lr=1e-3, distill_coef=coef)
+        (record,) = learner.step(batch)
+        with torch.no_grad():
+            new = torch.cat([lp for turns in batch for lp in
+                             learner.model.forward([s.input_ids for s in turns], [(s.action_start, len(s.input_ids)) for s in turns])])
+        return record, new
+
+    record, moved = after_one_step(taught, 0.5)
+    assert record.metrics["loss/distill_kl"] == pytest.approx(-float(shift.mean()), abs=1e-4)
+    change = moved - student
+    assert change[shift > 0].mean() > 0 > change[shift < 0].mean()
+    still, unmoved = after_one_step(taught, 0.0)
+    assert "loss/distill_kl" not in still.metrics and torch.allclose(unmoved, student, atol=1e-5)
+    with pytest.raises(ValueError, match="teacher_logprobs"):
+        _learner(load_policy("tiny"), distill_coef=0.5).step([[replace(s, teacher_logprobs=None) for s in turns] for turns in own])
+
+
+def test_distillation_makes_any_rule_score_hindsight():
+    from hp_agent.config import load_config
+
+    assert not load_config(None, ["algo.name=grpo"]).scores_hindsight
+    assert load_config(None, ["algo.name=grpo", "learner.distill_coef=0.1"]).scores_hindsight
+    assert load_config(None, ["algo.name=hp-rlvr"]).scores_hindsight

@@ -185,3 +185,21 @@ def test_attention_without_4d_masks_names_the_way_out(policy):
     with pytest.raises(UserValueError, match="learner.packed=false"):
         _learner(policy, True, 8, 8)
     _learner(policy, False, 8, 8)  # padded rows need no custom mask
+
+
+def test_the_logit_chunk_changes_no_log_prob_and_the_plan_counts_it(policy):
+    """learner.logit_chunk_tokens: 3 tokens of logits at a time give the log-probs of 512 at a
+    time (float32, 1e-6), restricted sets included; and the memory plan's learner peak grows
+    with the chunk by exactly the chunk's backward transients (V x 8 bytes a token)."""
+    from hp_agent import memory_plan
+    from hp_agent.config import load_config
+
+    samples = _grpo_batch(policy.model.config.vocab_size, 2, 4, 40, (3, 20))
+    with torch.no_grad():
+        whole, chunked = (torch.cat(TrainModel(policy.model, TEMPERATURE, packed=True, logit_chunk_tokens=chunk)
+                                    .forward(*_forward_inputs(samples))) for chunk in (512, 3))
+    assert torch.allclose(whole, chunked, atol=1e-6)
+    assert Learner.from_config(policy, load_config(None, ["learner.logit_chunk_tokens=3"])).model.module.logit_chunk_tokens == 3
+    shape = memory_plan.ModelShape(layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, head_dim=16, vocab=1000,
+                                   tied=True, max_positions=4096)
+    assert memory_plan.learner_logits(shape, 4096, 1024) - memory_plan.learner_logits(shape, 4096, 512) == 512 * 1000 * 8

@@ -23,6 +23,11 @@ keys HP-RLVR 0.42 -> 0.87, 0.88; keys GRPO 0.42 -> 0.88, 0.80; keystep HP-RLVR
 algorithms), keystep 0.51 -> 0.07 (HP-RLVR), 0.19 (GRPO). ``make test`` runs keystep's
 seed 0 and its controls (about 4 CPU-minutes beside the warm start's 3); keys, the second
 seeds and keys' controls are ``make test-learning``.
+
+The related methods (``make test-learning``), seed 0, warm start 0.417 keys / 0.525 keystep:
+SPO 0.853 / 0.961, HCAPO 0.817 / 0.906, GiGPO 0.861 / 0.923; flipped 0.012 / 0.010,
+0.000 / 0.001, 0.000 / 0.116. OPSD 0.000 / 0.000, its flipped control 0.004 / 0.945 (see
+``OPSD_FAILS``).
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ import torch
 from filelock import FileLock
 
 import hp_agent
-from hp_agent.credit import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
-from hp_agent.credit_rules import CREDIT_RULES, register_credit
+from hp_agent.credit.rules import CreditBatch, CreditOptions, grpo_credit, hp_rlvr_credit
+from hp_agent.credit.registry import CREDIT_RULES, register_credit
 from hp_agent.evaluation import improvement_p_value, wilson_interval
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.sft import demonstration_sequences, supervised_warmup
@@ -67,6 +72,10 @@ class Budget:
 
 
 BUDGETS = {"hp-rlvr": Budget(24, 16, 1, 1e-4, 8), "grpo": Budget(20, 2, 8, 1e-4, 1)}
+# The related methods (hp_agent/credit/related.py) take the budget of their kind: one
+# rollout a prompt as HP-RLVR, a group of 8 as GRPO.
+RELATED = ("opsd", "spo", "hcapo", "gigpo")
+BUDGETS.update({"opsd": BUDGETS["hp-rlvr"], "spo": BUDGETS["hp-rlvr"], "hcapo": BUDGETS["grpo"], "gigpo": BUDGETS["grpo"]})
 # "open" is 3 tokens, "use key" 2, plus the end-of-turn token.
 SAMPLING = SamplingParams(max_new_tokens=5, temperature=1.0)
 EVAL_SEED = 1
@@ -121,13 +130,28 @@ def _flipped_grpo(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Ten
     return -credit, metrics
 
 
+def _flipped(name: str) -> None:
+    """Register '<name>-flipped': the rule ``name`` with its credit negated, otherwise alike."""
+    rule = CREDIT_RULES[name]
+
+    def flipped(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
+        credit, metrics = rule.fn(batch, options)
+        return -credit, metrics
+
+    register_credit(f"{name}-flipped", hindsight=rule.hindsight, group_size=rule.group_size,
+                    min_group_size=rule.min_group_size, baseline_decay=rule.baseline_decay)(flipped)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _flipped_rules() -> Iterator[None]:
-    """'hp-rlvr-flipped' and 'grpo-flipped': the built-in rules with the credit negated."""
+    """'hp-rlvr-flipped' and 'grpo-flipped': the built-in rules with the credit negated; and
+    the related methods' flipped rules."""
     register_credit("hp-rlvr-flipped", hindsight=True)(_flipped_hp_rlvr)
     register_credit("grpo-flipped", group_size=8, min_group_size=2)(_flipped_grpo)
+    for name in RELATED:
+        _flipped(name)
     yield
-    for name in ("hp-rlvr-flipped", "grpo-flipped"):
+    for name in ("hp-rlvr-flipped", "grpo-flipped", *(f"{name}-flipped" for name in RELATED)):
         CREDIT_RULES.pop(name, None)
 
 
@@ -275,3 +299,38 @@ def test_one_step_off_learns_keys_as_the_synchronous_run_does(warm_start, tmp_pa
         assert not improved(*before["keys"], *one_step_off), message
     else:
         assert improved(*before["keys"], *one_step_off) and low <= one_step_off[0] / one_step_off[1] <= high, message
+
+
+# OPSD's credit is the teacher's log-prob minus the student's; here the teacher is the tiny
+# model shown the outcome, not a solution, and it was never taught to read that block: the
+# block shifts its distribution (a longer, unfamiliar context) without pointing at the right
+# action, and OPSD drives held-out success to 0 on both envs (measured: keys 0.417 -> 0.000,
+# keystep 0.525 -> 0.000), while on keystep the flipped credit raises it (0.525 -> 0.945).
+# Strict: a change that makes OPSD learn here shows as a failure to be looked at.
+OPSD_FAILS = pytest.mark.xfail(strict=True, reason="OPSD needs a teacher that reads its privileged block (docs/results.md)")
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.parametrize(("env", "algo"), [pytest.param(env, algo, marks=[OPSD_FAILS] if algo == "opsd" else [])
+                                           for env in ENVS for algo in RELATED])
+def test_related_rules_raise_held_out_success(warm_start, tmp_path: Path, env: str, algo: str) -> None:
+    """OPSD, SPO, HCAPO and GiGPO from the same warm start, with their kind's budget."""
+    warm, before = warm_start
+    after = train_and_score(warm, env, algo, 0, tmp_path)
+    message = f"{env} {algo} seed 0: {_rates(before[env], after)}"
+    print(message)
+    assert improved(*before[env], *after), message
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.parametrize(("env", "algo"), [
+    pytest.param(env, f"{name}-flipped", marks=[OPSD_FAILS] if (env, name) == ("keystep", "opsd") else [])
+    for env in ENVS for name in RELATED])
+def test_related_rules_flipped_fail_the_criterion(warm_start, tmp_path: Path, env: str, algo: str) -> None:
+    warm, before = warm_start
+    after = train_and_score(warm, env, algo, 0, tmp_path)
+    message = f"{env} {algo}: {_rates(before[env], after)}"
+    print(message)
+    assert not improved(*before[env], *after), message

@@ -44,11 +44,10 @@ def test_the_config_files_give_the_published_parameter_counts():
         == [1_720_574_976, 4_022_468_096, 8_190_735_360]
 
 
-def test_the_chunk_constants_are_the_credit_functions_defaults():
-    from hp_agent import credit
+def test_the_chunk_constant_is_the_kernels_default():
+    from hp_agent import kernels
 
-    assert inspect.signature(credit.chunked_logprobs).parameters["chunk_size"].default == memory_plan.LOGPROB_CHUNK
-    assert inspect.signature(credit.chunked_jsd_from_logits).parameters["chunk_elements"].default \
+    assert inspect.signature(kernels.chunked_jsd_from_logits).parameters["chunk_elements"].default \
         == memory_plan.JSD_CHUNK_ELEMENTS
 
 

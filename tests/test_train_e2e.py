@@ -148,7 +148,7 @@ def test_a_run_that_fails_mid_step_leaves_no_worker_process(tmp_path):
     """Env workers and log files are closed when a step raises, not only at the end."""
     import multiprocessing
 
-    from hp_agent.credit_rules import CREDIT_RULES, register_credit
+    from hp_agent.credit.registry import CREDIT_RULES, register_credit
 
     def failing_rule(batch, options):
         raise RuntimeError("credit rule failed on purpose")

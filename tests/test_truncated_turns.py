@@ -6,11 +6,12 @@ import pytest
 
 import hp_agent
 from hp_agent.config import ConfigError, TrainConfig, load_config
-from hp_agent.credit import HistoricalBaseline
-from hp_agent.credit_rules import credit_rule
+from hp_agent.credit.baseline import HistoricalBaseline
+from hp_agent.credit.registry import credit_rule
 from hp_agent.files import read_jsonl_records
 from hp_agent.hindsight import unreplayed_scores
-from hp_agent.trainer import assign_credit, rollout_metrics
+from hp_agent.credit.assembly import assign_credit
+from hp_agent.trainer import rollout_metrics
 from hp_agent.trajectory import Trajectory, Turn
 
 

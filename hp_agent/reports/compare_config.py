@@ -18,6 +18,17 @@ from hp_agent.evaluation import EvalResult
 SETTINGS_FILE = "compare.yaml"
 
 
+class MethodSpec(BaseModel):
+    """One method of a comparison, by name: a credit rule, its G, and overrides of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algo: str | None = Field(None, description="Credit rule (algo.name); default: the method's name.")
+    group_size: int = Field(1, ge=1, description="Rollouts per prompt G.")
+    overrides: list[str] = Field(default_factory=list, description="Dotted train-config overrides of this method alone, "
+                                 "after the shared ones (e.g. learner.distill_coef=0.1).")
+
+
 class CompareConfig(BaseModel):
     """A comparison: which env, how long, where, and what both methods share."""
 
@@ -26,9 +37,10 @@ class CompareConfig(BaseModel):
     env: str = Field("alfworld", description="Registered env name, trained and evaluated.")
     steps: int = Field(..., ge=1, description="Training steps of each method.")
     out: Path = Field(..., description="Folder receiving runs, evaluations, summary.json, report.md and figures.")
-    methods: dict[str, int] = Field(
+    methods: dict[str, int | MethodSpec] = Field(
         default_factory=lambda: {"hp-rlvr": 1, "grpo": 8},
-        description="Credit rule -> rollouts per prompt G (the paper: HP-RLVR G=1, GRPO G=8).",
+        description="Method name -> rollouts per prompt G, the name being a credit rule (the paper: HP-RLVR G=1, GRPO "
+        "G=8), or -> {algo, group_size, overrides}: a named configuration (e.g. two of one rule). Any number of methods.",
     )
     eval_fractions: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0],
                                         description="Evaluate after these fractions of the steps.")
@@ -47,6 +59,12 @@ class CompareConfig(BaseModel):
         if not fractions or any(not 0.0 < f <= 1.0 for f in fractions):
             raise ValueError(f"eval_fractions must be non-empty fractions in (0, 1], got {fractions}")
         return sorted(fractions)
+
+    def method(self, name: str) -> MethodSpec:
+        """The method called ``name``: its rule, G and own overrides."""
+        spec = self.methods[name]
+        return MethodSpec(algo=name, group_size=spec) if isinstance(spec, int) else spec.model_copy(
+            update={"algo": spec.algo or name})
 
     def eval_points(self) -> list[int]:
         """The training steps after which each method is evaluated."""
@@ -69,12 +87,13 @@ class CompareConfig(BaseModel):
         return self.out / "evals" / "start" / f"{split or 'default'}.json"
 
     def train_config(self, method: str, steps: int | None = None) -> TrainConfig:
-        """The method's training config: shared overrides, then env, rule, G, run folder (and steps)."""
-        fixed = [f"env.name={self.env}", f"algo.name={method}", f"algo.group_size={self.methods[method]}",
+        """The method's training config: shared overrides, its own, then env, rule, G, run folder (and steps)."""
+        spec = self.method(method)
+        fixed = [f"env.name={self.env}", f"algo.name={spec.algo}", f"algo.group_size={spec.group_size}",
                  f"trainer.run_dir={self.run_dir(method).parent}", f"trainer.name={method}",
                  "trainer.views_per_step=0"]  # the credit viewer's cost is not training's: wall times measure training
         fixed += [f"trainer.steps={steps}"] if steps is not None else []
-        return load_config(None, self.overrides + fixed)
+        return load_config(None, self.overrides + spec.overrides + fixed)
 
 
 def load_compare_config(path: Path | None, **fields: Any) -> CompareConfig:

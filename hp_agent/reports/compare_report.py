@@ -19,6 +19,7 @@ from hp_agent.evaluation import improvement_p_value
 from hp_agent.files import atomic_file, atomic_write_text, read_jsonl_records
 from hp_agent.reports.compare_config import CompareConfig, read_evaluations, read_start_evaluation
 
+REFERENCE = "hp-rlvr"  # the method whose wall and CPU time the others' are divided by
 # Table 2's phases: (name in the paper, the trainer's timer).
 PHASES: tuple[tuple[str, str], ...] = (
     ("rollout generation", "time/generation"),
@@ -53,10 +54,13 @@ def summarize_method(config: CompareConfig, method: str) -> dict[str, Any]:
     for row in sorted(steps, key=lambda r: r["step"]):
         wall_before[row["step"]] = total
         total += row.get("time/total", 0.0)
+    spec, train_config = config.method(method), config.train_config(method)
+    episodes_per_step = train_config.trainer.prompts_per_step * spec.group_size
     evaluations = []
     for point, results in sorted(read_evaluations(config, method).items()):
         wall = wall_before.get(point, total)
-        evaluations.append({"step": point, "train_wall_s": wall, "scores": _scores(results)})
+        evaluations.append({"step": point, "episodes": point * episodes_per_step, "train_wall_s": wall,
+                            "scores": _scores(results)})
     best: dict[str, dict[str, Any]] = {}
     for evaluation in evaluations:
         for name, score in evaluation["scores"].items():
@@ -64,7 +68,9 @@ def summarize_method(config: CompareConfig, method: str) -> dict[str, Any]:
                 best[name] = {**score, "step": evaluation["step"]}
     cpu = sum(row.get("cpu/step_s", 0.0) for row in steps)
     return {
-        "group_size": config.methods[method],
+        "algo": spec.algo,
+        "group_size": spec.group_size,
+        "episodes_per_step": episodes_per_step,
         "trained_steps": len(steps),
         "wall_s": total,
         "cpu_s": cpu,
@@ -91,12 +97,10 @@ def summarize(config: CompareConfig) -> dict[str, Any]:
         m["gain_p_last"] = gain_p_values(start, m["evaluations"][-1]["scores"]) if m["evaluations"] else {}
     summary: dict[str, Any] = {"env": config.env, "steps": config.steps, "eval_points": config.eval_points(),
                                "overrides": config.overrides, "start": start, "methods": methods}
-    if {"hp-rlvr", "grpo"} <= methods.keys() and methods["hp-rlvr"]["wall_s"] > 0:
-        hp, grpo = methods["hp-rlvr"], methods["grpo"]
-        summary["grpo_over_hp_rlvr"] = {
-            "wall": grpo["wall_s"] / hp["wall_s"],
-            "cpu": grpo["cpu_s"] / hp["cpu_s"] if hp["cpu_s"] > 0 else None,
-        }
+    if REFERENCE in methods and methods[REFERENCE]["wall_s"] > 0:
+        hp = methods[REFERENCE]
+        summary["over_hp_rlvr"] = {name: {"wall": m["wall_s"] / hp["wall_s"], "cpu": m["cpu_s"] / hp["cpu_s"] if hp["cpu_s"] > 0 else None}
+                                   for name, m in methods.items() if name != REFERENCE}
     return summary
 
 
@@ -116,18 +120,19 @@ def report_markdown(config: CompareConfig, summary: dict[str, Any]) -> str:
     methods: dict[str, dict[str, Any]] = summary["methods"]
     names = list(methods)
     title = " vs ".join(f"{name} (G={methods[name]['group_size']})" for name in names)
+    ratios = summary.get("over_hp_rlvr", {})
     lines = [f"# {config.env}: {title}", "",
              f"{config.steps} steps each; evaluated after steps {', '.join(map(str, summary['eval_points']))}; "
              f"shared overrides: `{' '.join(config.overrides) or 'none'}`.", "",
              "## Table 1: training cost", "",
-             "| method | G | steps | wall time (s) | CPU time (s) | CPU-hours |", "|---|---|---|---|---|---|"]
+             f"| method | rule | G | episodes/step | steps | wall time (s) | CPU time (s) | CPU-hours | wall / {REFERENCE} "
+             f"| CPU / {REFERENCE} |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in methods.items():
-        lines.append(f"| {name} | {m['group_size']} | {m['trained_steps']} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} "
-                     f"| {m['cpu_hours']:.4f} |")
-    if "grpo_over_hp_rlvr" in summary:
-        ratio = summary["grpo_over_hp_rlvr"]
-        cpu = "-" if ratio["cpu"] is None else f"{ratio['cpu']:.2f}x"
-        lines += ["", f"GRPO / HP-RLVR: wall time **{ratio['wall']:.2f}x**, CPU time **{cpu}**."]
+        ratio = ratios.get(name)
+        wall = "1.00x" if name == REFERENCE else "-" if ratio is None else f"{ratio['wall']:.2f}x"
+        cpu = "1.00x" if name == REFERENCE else "-" if ratio is None or ratio["cpu"] is None else f"{ratio['cpu']:.2f}x"
+        lines.append(f"| {name} | {m['algo']} | {m['group_size']} | {m['episodes_per_step']} | "
+                     f"{m['trained_steps']} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} | {m['cpu_hours']:.4f} | {wall} | {cpu} |")
     lines += ["", "## Table 2: time per phase (s, share of the step)", "",
               "| phase | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for phase, _ in PHASES:
@@ -152,15 +157,18 @@ def report_markdown(config: CompareConfig, summary: dict[str, Any]) -> str:
     for name, m in methods.items():
         fraction = m["zero_grad_records"] / m["grad_records"] if m["grad_records"] else None
         lines.append(f"| {name} | {m['zero_grad_records']} | {m['grad_records']} | {_percent(fraction)} |")
-    lines += ["", "## Every evaluation", "", "| method | step | training wall time (s) | " + " | ".join(metrics) + " |",
-              "|---|---|---|" + "---|" * len(metrics)]
+    lines += ["", "## Every evaluation", "", "Equal optimizer steps share a row's step; equal episodes are read along "
+              "the episodes column (and `score_vs_episodes.png`).", "",
+              "| method | step | episodes | training wall time (s) | " + " | ".join(metrics) + " |",
+              "|---|---|---|---|" + "---|" * len(metrics)]
     if start:
-        lines.append("| start | 0 | 0.0 | " + " | ".join(_score_cell(start.get(metric)) for metric in metrics) + " |")
+        lines.append("| start | 0 | 0 | 0.0 | " + " | ".join(_score_cell(start.get(metric)) for metric in metrics) + " |")
     for name, m in methods.items():
         for evaluation in m["evaluations"]:
             cells = [_score_cell(evaluation["scores"].get(metric)) for metric in metrics]
-            lines.append(f"| {name} | {evaluation['step']} | {evaluation['train_wall_s']:.1f} | " + " | ".join(cells) + " |")
-    lines += ["", "Figures: `score_vs_time.png`, `zero_grad.png`, `phases.png`.", ""]
+            lines.append(f"| {name} | {evaluation['step']} | {evaluation['episodes']} | {evaluation['train_wall_s']:.1f} | "
+                         + " | ".join(cells) + " |")
+    lines += ["", "Figures: `score_vs_time.png`, `score_vs_episodes.png`, `zero_grad.png`, `phases.png`.", ""]
     return "\n".join(lines)
 
 
@@ -174,16 +182,18 @@ def write_figures(config: CompareConfig, summary: dict[str, Any]) -> list[Path]:
     methods: dict[str, dict[str, Any]] = summary["methods"]
     metrics = list(dict.fromkeys(name for m in methods.values() for name in m["best"]))
     written = []
-    figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(4.5 * max(len(metrics), 1), 3.6), squeeze=False)
-    for axis, metric in zip(axes[0], metrics):
-        for name, m in methods.items():
-            points = [(0.0, summary["start"][metric]["value"])] if metric in summary.get("start", {}) else []
-            points += [(e["train_wall_s"], e["scores"][metric]["value"]) for e in m["evaluations"] if metric in e["scores"]]
-            if points:
-                axis.plot(*zip(*points), marker="o", label=name)
-        axis.set(title=metric, xlabel="training wall time (s)", ylabel="score", ylim=(0, 1))
-        axis.legend()
-    written.append(save_figure(figure, config.out / "score_vs_time.png"))
+    for x, label, name in (("train_wall_s", "training wall time (s)", "score_vs_time.png"),
+                           ("episodes", "training episodes", "score_vs_episodes.png")):
+        figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(4.5 * max(len(metrics), 1), 3.6), squeeze=False)
+        for axis, metric in zip(axes[0], metrics):
+            for method, m in methods.items():
+                points = [(0.0, summary["start"][metric]["value"])] if metric in summary.get("start", {}) else []
+                points += [(e[x], e["scores"][metric]["value"]) for e in m["evaluations"] if metric in e["scores"]]
+                if points:
+                    axis.plot(*zip(*points), marker="o", label=method)
+            axis.set(title=metric, xlabel=label, ylabel="score", ylim=(0, 1))
+            axis.legend()
+        written.append(save_figure(figure, config.out / name))
 
     figure, axis = plt.subplots(figsize=(4.5, 3.2))
     fractions = [m["zero_grad_records"] / m["grad_records"] if m["grad_records"] else 0.0 for m in methods.values()]
