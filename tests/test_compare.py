@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 import hp_agent.reports.compare as compare
+import hp_agent.trainer
 import hp_agent.reports.compare_report as compare_report
 from hp_agent.config import ConfigError, TrainConfig
 from hp_agent.evaluation import RunPlay
@@ -136,11 +138,25 @@ def test_compare_writes_the_tables_and_resumes_where_it_stopped(tmp_path, monkey
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
 
     # Done: a rerun trains and evaluates nothing; other settings in the same folder are refused.
+    train, evaluate = hp_agent.trainer.train, compare.evaluate
     monkeypatch.setattr("hp_agent.trainer.train", lambda *a, **k: pytest.fail("trained again"))
     monkeypatch.setattr(compare, "evaluate", lambda *a, **k: pytest.fail("evaluated again"))
     run_compare(settings(out), progress=False)
     with pytest.raises(ConfigError, match="steps"):
         run_compare(settings(out, steps=4), progress=False)
+    # A method may join the finished comparison (the others are not redone); none may leave or change.
+    more = {"hp-rlvr": 1, "grpo": 8, "reinforce": 1}
+    with pytest.raises(ConfigError, match="methods"):
+        run_compare(settings(out, methods={"hp-rlvr": 1}), progress=False)
+    with pytest.raises(ConfigError, match="methods"):
+        run_compare(settings(out, methods={"hp-rlvr": 1, "grpo": 4}), progress=False)
+    monkeypatch.setattr("hp_agent.trainer.train", train)
+    monkeypatch.setattr(compare, "evaluate", evaluate)
+    summary = run_compare(settings(out, methods=more), progress=False)
+    segments = [json.loads(line) for line in (out / "segments.jsonl").read_text().splitlines()]
+    assert [s["method"] for s in segments[4:]] == ["reinforce", "reinforce"]
+    assert summary["methods"]["reinforce"]["trained_steps"] == 2 and "| reinforce |" in (out / "report.md").read_text()
+    assert yaml.safe_load((out / "compare.yaml").read_text())["methods"] == more
 
 
 def test_compare_evaluates_as_training_rolls_out(tmp_path, _private_cache):

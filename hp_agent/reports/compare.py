@@ -36,17 +36,29 @@ from hp_agent.run_folder import checkpoint_dir, checkpoint_step, latest_checkpoi
 
 
 def _check_settings(config: CompareConfig) -> None:
-    """Write the settings on first use; refuse to mix a different comparison into the folder."""
+    """Write the settings on first use; refuse to mix a different comparison into the folder.
+
+    New methods may join a comparison: the start's evaluation and every method already there
+    stay valid as long as nothing else changes, so the folder's settings gain the new ones.
+    """
     path = config.out / SETTINGS_FILE
     current = json.loads(config.model_dump_json(exclude={"out"}))  # the folder may be named another way
     if path.is_file():
         saved = yaml.safe_load(path.read_text())
-        if saved != current:
-            changed = sorted(k for k in current if saved.get(k) != current.get(k))
+        changed = sorted(k for k in current if saved.get(k) != current.get(k))
+        if changed == ["methods"] and _only_added(saved["methods"], current["methods"]):
+            atomic_write_text(path, yaml.safe_dump(current, sort_keys=False))
+        elif changed:
             raise ConfigError(f"{str(config.out)!r} holds a comparison with other settings ({', '.join(changed)} "
-                              "differ); resume it with the same settings or pick another --out")
+                              "differ); resume it with the same settings (methods may only be added) "
+                              "or pick another --out")
         return
     atomic_write_text(path, yaml.safe_dump(current, sort_keys=False))
+
+
+def _only_added(saved: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether ``current`` holds every method of ``saved``, each as it was, and more."""
+    return all(name in current and current[name] == spec for name, spec in saved.items())
 
 
 def _trained_steps(run_dir: Path) -> int:
