@@ -255,10 +255,14 @@ class LearnerConfig(_Section):
         "and the stop-gradient hindsight-conditioned policy (the scoring snapshot with the privileged block) on the "
         "sampled turns, added to the loss; the trainer then scores hindsight whatever the rule. 0: off."
     )
-    distill: Literal["sampled"] = Field(
-        "sampled", description="The divergence: sampled, KL(pi || pi_hindsight) estimated on the sampled tokens (their "
-        "log-probs under restricted decoding's renormalization where it restricted)."
+    distill: Literal["sampled", "topk", "full"] = Field(
+        "sampled", description="The divergence: sampled, KL(pi || pi_hindsight) estimated on the sampled tokens; topk, "
+        "the normalized JSD on the hindsight distribution's distill_topk likeliest ids plus one bin for the rest; full, "
+        "the normalized JSD of the whole distributions (the scorer then keeps a [tokens, V] tensor a step). All of them "
+        "under restricted decoding's renormalization where it restricted."
     )
+    distill_topk: int = Field(20, ge=1, description="learner.distill=topk: how many of the hindsight distribution's "
+                              "likeliest ids each action token keeps.")
     logit_chunk_tokens: int = Field(
         512, ge=1, description="Action tokens whose logits the LM head makes at a time in the learner's forward: larger is "
         "a larger matmul, and each chunk's [tokens, V] float32 logits and their gradients are the transient peak."

@@ -22,13 +22,14 @@ keys and values from the policy's prefix cache instead of running them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from hp_agent.batching import span_hidden_states
 from hp_agent.config import TrainConfig
 from hp_agent.constraint import joined_allowed
-from hp_agent.kernels import chunked_logprobs, jsd_weights_from_hidden
+from hp_agent.kernels import TeacherSupport, chunked_logprobs, jsd_weights_from_hidden
 from hp_agent.packing import SCORING, packed_span_hidden_states
 from hp_agent.policies import Policy
 from hp_agent.trajectory import Segment, Trajectory, Turn, segments
@@ -44,11 +45,14 @@ class TrajectoryScores:
                      per turn when not replayed (:func:`unreplayed_scores`).
     weights:         normalized JSD w_j in [0, 1] per token (None when not scored).
     hindsight_logprobs: log pi_old(y_j | hindsight context) per token (None when not scored).
+    teacher:         the hindsight distribution per turn, top-k or full (None unless
+                     distillation reads it: ``ScoringOptions.teacher``).
     """
 
     causal_logprobs: list[torch.Tensor | None]
     weights: list[torch.Tensor] | None = None
     hindsight_logprobs: list[torch.Tensor] | None = None
+    teacher: list[TeacherSupport] | None = None
 
 
 def unreplayed_scores(trajectories: list[Trajectory]) -> list[TrajectoryScores]:
@@ -130,6 +134,8 @@ class ScoringOptions:
     score_batch_tokens: int
     packed: bool
     compile_jsd: bool
+    teacher: Literal["none", "topk", "full"] = "none"
+    teacher_topk: int = 20
 
     @classmethod
     def from_config(cls, config: TrainConfig | None = None) -> ScoringOptions:
@@ -137,7 +143,10 @@ class ScoringOptions:
         (``config`` None: the defaults)."""
         config = config if config is not None else TrainConfig()
         # The section's field names are these fields' (weight_norm is the credit rule's): one name for each.
-        return cls(temperature=config.rollout.temperature, **config.hindsight.model_dump(exclude={"weight_norm"}))
+        learner = config.learner
+        teacher = learner.distill if learner.distill_coef > 0 and learner.distill != "sampled" else "none"
+        return cls(temperature=config.rollout.temperature, teacher=teacher, teacher_topk=learner.distill_topk,
+                   **config.hindsight.model_dump(exclude={"weight_norm"}))
 
 
 def _hidden_states(
@@ -234,15 +243,35 @@ def score_trajectories(
     allowed = joined_allowed(_segment_allowed(trajectories[i].turns[seg.turn], seg) for i, seg, _ in hindsight)
     views = jsd_weights_from_hidden(
         causal, torch.cat(hidden[len(turn_keys) :]), ids, project, options.jsd_chunk_tokens, compiled=options.compile_jsd,
-        allowed=allowed,
+        allowed=allowed, teacher=options.teacher, teacher_topk=options.teacher_topk,
     )
     sizes = [segment.end - segment.start for _, segment, _ in hindsight]
-    parts = zip(hindsight, *(view.cpu().split(sizes) for view in views), strict=True)
+    tensors = views.weights, views.causal_logprobs, views.hindsight_logprobs
+    parts = zip(hindsight, *(view.cpu().split(sizes) for view in tensors), strict=True)
     for (i, segment, _), w, lp, hindsight_lp in parts:
         scores[i].weights[segment.turn][segment.start : segment.end] = w
         scores[i].causal_logprobs[segment.turn][segment.start : segment.end] = lp
         scores[i].hindsight_logprobs[segment.turn][segment.start : segment.end] = hindsight_lp
+    if views.teacher is not None:
+        _keep_teacher(scores, trajectories, hindsight, views.teacher.to("cpu"))
     return scores
+
+
+def _keep_teacher(scores: list[TrajectoryScores], trajectories: list[Trajectory],
+                  hindsight: list[tuple[int, Segment, list[int]]], teacher: TeacherSupport) -> None:
+    """Each turn's rows of the scored segments' ``teacher`` (rows in segment order), per turn."""
+    width = teacher.logprobs.shape[-1]
+    for score, trajectory in zip(scores, trajectories):
+        score.teacher = [TeacherSupport(None if teacher.ids is None else torch.zeros(len(t.action_ids), width, dtype=torch.long),
+                                        torch.zeros(len(t.action_ids), width)) for t in trajectory.turns]
+    row = 0
+    for i, segment, _ in hindsight:
+        rows = teacher.rows(row, row + segment.end - segment.start)
+        kept = scores[i].teacher[segment.turn]
+        kept.logprobs[segment.start : segment.end] = rows.logprobs
+        if kept.ids is not None:
+            kept.ids[segment.start : segment.end] = rows.ids
+        row += segment.end - segment.start
 
 
 def _segment_allowed(turn: Turn, segment: Segment) -> tuple[list[list[int] | None] | None, int]:

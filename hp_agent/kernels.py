@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -88,6 +88,15 @@ def chunked_jsd_from_logits(
     return _rows_at_a_time(kernel, (causal_logits, hindsight_logits), rows)
 
 
+def _logit_chunks(
+    hidden: torch.Tensor, project: Callable[[torch.Tensor], torch.Tensor], chunk_size: int, allowed: Allowed | None
+) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """``(start, stop, logits)`` of ``chunk_size`` tokens at a time, restricted as decoding was."""
+    for start in range(0, hidden.shape[0], chunk_size):
+        stop = min(start + chunk_size, hidden.shape[0])
+        yield start, stop, restrict_chunk(project(hidden[start:stop]), allowed, start)
+
+
 def chunked_logprobs(
     hidden: torch.Tensor,
     token_ids: torch.Tensor,
@@ -100,12 +109,90 @@ def chunked_logprobs(
     ``allowed``: per token, the ids decoding was restricted to (None: any), so that pi is
     the model's distribution renormalized over them (:mod:`hp_agent.constraint`).
     """
-    parts = [
-        chosen_logprobs(restrict_chunk(project(hidden[start : start + chunk_size]), allowed, start),
-                        token_ids[start : start + chunk_size])
-        for start in range(0, hidden.shape[0], chunk_size)
-    ]
+    parts = [chosen_logprobs(logits, token_ids[start:stop])
+             for start, stop, logits in _logit_chunks(hidden, project, chunk_size, allowed)]
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+
+
+class TeacherSupport(NamedTuple):
+    """The hindsight-conditioned distribution at T action tokens, as the distillation term reads it.
+
+    ids:      [T, k] the teacher's k likeliest token ids at each position (top-k), or None:
+              the whole vocabulary in order (full).
+    logprobs: [T, k] (or [T, V]) the teacher's log-probs of those ids.
+    """
+
+    ids: torch.Tensor | None
+    logprobs: torch.Tensor
+
+    def rows(self, start: int, stop: int) -> TeacherSupport:
+        return TeacherSupport(None if self.ids is None else self.ids[start:stop], self.logprobs[start:stop])
+
+    def to(self, device: torch.device | str) -> TeacherSupport:
+        return TeacherSupport(None if self.ids is None else self.ids.to(device), self.logprobs.to(device))
+
+    @staticmethod
+    def cat(parts: list[TeacherSupport]) -> TeacherSupport:
+        ids = None if parts[0].ids is None else torch.cat([p.ids for p in parts])
+        return TeacherSupport(ids, torch.cat([p.logprobs for p in parts]))
+
+
+def teacher_support(logits: torch.Tensor, topk: int | None) -> TeacherSupport:
+    """The distribution of ``logits`` [n, V] kept for distillation: its ``topk`` likeliest
+    ids and their log-probs, or (``topk`` None) every id's log-prob."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    if topk is None:
+        return TeacherSupport(None, logprobs)
+    top = logprobs.topk(min(topk, logprobs.shape[-1]), dim=-1)
+    return TeacherSupport(top.indices, top.values)
+
+
+LOGPROB_FLOOR = -80.0  # exp(-80) ~ 2e-35: a bin this unlikely adds nothing, and no -inf reaches a gradient
+
+
+def _with_tail(logprobs: torch.Tensor) -> torch.Tensor:
+    """[n, k] log-probs of k ids and a last bin: the mass of every other id, log(1 - sum)."""
+    inside = torch.logsumexp(logprobs, dim=-1, keepdim=True).clamp(max=-1e-12)
+    return torch.cat([logprobs, torch.log(-torch.expm1(inside))], dim=-1)
+
+
+def support_jsd(student_logits: torch.Tensor, teacher: TeacherSupport) -> torch.Tensor:
+    """Normalized JSD [n] between the student softmax(``student_logits`` [n, V]) and the
+    teacher, on the teacher's support: its top-k ids and one bin for the rest (the
+    student's mass outside them against the teacher's), or every id (full).
+
+    >>> logits = torch.tensor([[0.0, 0.0, -float("inf")]])
+    >>> support_jsd(logits, teacher_support(logits, None)), support_jsd(logits, teacher_support(logits, 1))
+    (tensor([0.]), tensor([0.]))
+    """
+    student = torch.log_softmax(student_logits.float(), dim=-1)
+    teacher_lp = teacher.logprobs
+    if teacher.ids is not None:
+        student, teacher_lp = _with_tail(student.gather(-1, teacher.ids)), _with_tail(teacher_lp)
+    log_p, log_q = student.clamp(min=LOGPROB_FLOOR), teacher_lp.clamp(min=LOGPROB_FLOOR)
+    log_m = torch.logaddexp(log_p, log_q) - LN2
+    jsd = 0.5 * (log_p.exp() * (log_p - log_m)).sum(-1) + 0.5 * (log_q.exp() * (log_q - log_m)).sum(-1)
+    return jsd / LN2
+
+
+def chunked_logprobs_and_jsd(
+    hidden: torch.Tensor,
+    token_ids: torch.Tensor,
+    project: Callable[[torch.Tensor], torch.Tensor],
+    teacher: TeacherSupport,
+    chunk_size: int = 512,
+    allowed: Allowed | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`chunked_logprobs` [T] and, from the same logits, :func:`support_jsd` [T] of each
+    token's distribution against the ``teacher``'s (rows aligned with ``token_ids``)."""
+    logprobs, divergences = [], []
+    for start, stop, logits in _logit_chunks(hidden, project, chunk_size, allowed):
+        logprobs.append(chosen_logprobs(logits, token_ids[start:stop]))
+        divergences.append(support_jsd(logits, teacher.rows(start, stop)))
+    if not logprobs:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, empty.clone()
+    return torch.cat(logprobs), torch.cat(divergences)
 
 
 class TokenViews(NamedTuple):
@@ -115,11 +202,13 @@ class TokenViews(NamedTuple):
     causal_logprobs:    log pi(y_j | causal history), the behaviour log-prob.
     hindsight_logprobs: log pi(y_j | hindsight context): with the causal one, the
                         sampled-token ratio that teacher-student rules (OPSD, HCAPO) read.
+    teacher:            the hindsight distribution kept for distillation (top-k or full), or None.
     """
 
     weights: torch.Tensor
     causal_logprobs: torch.Tensor
     hindsight_logprobs: torch.Tensor
+    teacher: TeacherSupport | None = None
 
 
 def jsd_weights_from_hidden(
@@ -131,6 +220,8 @@ def jsd_weights_from_hidden(
     chunk_elements: int = 1 << 23,
     compiled: bool = False,
     allowed: Allowed | None = None,
+    teacher: Literal["none", "topk", "full"] = "none",
+    teacher_topk: int = 20,
 ) -> TokenViews:
     """JSD weights and both views' log-probs of T tokens, from final hidden states.
 
@@ -145,20 +236,24 @@ def jsd_weights_from_hidden(
 
     ``allowed``: per token, the ids decoding was restricted to (None: any); both views are
     then renormalized over the same set, so the JSD compares what could have been sampled.
+    ``teacher``: keep the hindsight distribution for distillation, its ``teacher_topk``
+    likeliest ids (topk: [T, k]) or all of it (full: a [T, V] tensor, kept).
 
     Both log-probs come from the logits the JSD reads, so they cost no extra pass.
     """
-    weights, logprobs, hindsight_logprobs = [], [], []
-    for start in range(0, causal_hidden.shape[0], chunk_size):
-        stop = start + chunk_size
-        p_logits = restrict_chunk(project(causal_hidden[start:stop]), allowed, start)
-        q_logits = restrict_chunk(project(hindsight_hidden[start:stop]), allowed, start)
+    weights, logprobs, hindsight_logprobs, kept = [], [], [], []
+    chunks = zip(_logit_chunks(causal_hidden, project, chunk_size, allowed),
+                 _logit_chunks(hindsight_hidden, project, chunk_size, allowed))
+    for (start, stop, p_logits), (_, _, q_logits) in chunks:
         weights.append(chunked_jsd_from_logits(p_logits, q_logits, chunk_elements, compiled))
         rows = max(1, chunk_elements // p_logits.shape[-1])
         logprobs.append(_rows_at_a_time(chosen_logprobs, (p_logits, token_ids[start:stop]), rows))
         hindsight_logprobs.append(_rows_at_a_time(chosen_logprobs, (q_logits, token_ids[start:stop]), rows))
+        if teacher != "none":
+            kept.append(teacher_support(q_logits, teacher_topk if teacher == "topk" else None))
         del p_logits, q_logits
     if not weights:
         empty = causal_hidden.new_zeros(0, dtype=torch.float32)
         return TokenViews(empty, empty.clone(), empty.clone())
-    return TokenViews(torch.cat(weights), torch.cat(logprobs), torch.cat(hindsight_logprobs))
+    return TokenViews(torch.cat(weights), torch.cat(logprobs), torch.cat(hindsight_logprobs),
+                      TeacherSupport.cat(kept) if kept else None)

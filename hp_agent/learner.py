@@ -41,6 +41,7 @@ from hp_agent.batching import token_budget_batches
 from hp_agent.constraint import joined_allowed
 from hp_agent.credit.assembly import TrainingSample
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum
+from hp_agent.kernels import TeacherSupport
 from hp_agent.packing import TRAINING, packed_batches
 from hp_agent.parallel import Parallel, TrainModel
 from hp_agent.policies import Policy
@@ -150,6 +151,7 @@ class Learner:
         packed: bool,
         logit_chunk_tokens: int = 512,
         distill_coef: float = 0.0,
+        distill: str = "sampled",
         ranks: Ranks = SINGLE,
     ):
         self.policy = policy
@@ -161,7 +163,7 @@ class Learner:
         self.optimizer = torch.optim.AdamW(self.model.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c = clip_eps_low, clip_eps_high, clip_ratio_c
         self.max_grad_norm = max_grad_norm
-        self.distill_coef = distill_coef
+        self.distill_coef, self.distill = distill_coef, distill
         self.micro_batch_tokens = micro_batch_tokens
         self.mini_batch_prompts, self.group_size, self.record_batch_size = mini_batch_prompts, group_size, record_batch_size
 
@@ -176,7 +178,8 @@ class Learner:
                    record_batch_size=section.record_batch_size, weight_decay=section.weight_decay, betas=section.betas,
                    ranks=ranks, parallel=section.parallel, mixed_precision=section.mixed_precision,
                    activation_checkpointing=section.activation_checkpointing, packed=section.packed,
-                   logit_chunk_tokens=section.logit_chunk_tokens, distill_coef=section.distill_coef)
+                   logit_chunk_tokens=section.logit_chunk_tokens, distill_coef=section.distill_coef,
+                   distill=section.distill)
 
     def save(self, folder: Path) -> None:
         """Write the optimizer's state (and a separate training copy's) into a checkpoint folder."""
@@ -299,16 +302,30 @@ class Learner:
         return folded
 
     def _loss(self, micro: list[TrainingSample], num_eligible: int) -> tuple[torch.Tensor, dict[str, float]]:
-        """The clipped loss of one micro-batch, normalised by the mini-batch's ``num_eligible``."""
+        """The clipped loss of one micro-batch, normalised by the mini-batch's ``num_eligible``,
+        plus the distillation term's where it is on."""
         allowed = joined_allowed((s.allowed, s.num_action_tokens) for s in micro)
         spans = [(s.action_start, len(s.input_ids)) for s in micro]
-        logprobs = torch.cat(self.model.forward([s.input_ids for s in micro], spans, allowed))
+        sequences = [s.input_ids for s in micro]
+        distributions = self.distill_coef > 0 and self.distill != "sampled"
+        if distributions:
+            if any(s.teacher is None for s in micro):
+                raise ValueError(f"learner.distill={self.distill} needs each sample's teacher distribution (hindsight "
+                                 "scoring with ScoringOptions.teacher set)")
+            parts, divergences = self.model.forward_with_teacher(sequences, spans, allowed,
+                                                                 TeacherSupport.cat([s.teacher for s in micro]))
+            logprobs = torch.cat(parts)
+        else:
+            logprobs = torch.cat(self.model.forward(sequences, spans, allowed))
         own = logprobs.detach().split([s.num_action_tokens for s in micro])
         old = torch.cat([mine if s.old_logprobs is None else s.old_logprobs.to(logprobs.device) for s, mine in zip(micro, own)])
         credit = torch.cat([s.credit for s in micro]).to(logprobs.device)
         loss, metrics = clipped_policy_loss(logprobs, old, credit, self.clip_eps_low, self.clip_eps_high, self.clip_ratio_c,
                                             num_eligible)
-        if self.distill_coef > 0:
+        if distributions:
+            loss = loss + self.distill_coef * divergences.sum() / max(num_eligible, 1)
+            metrics["loss/distill_jsd"] = divergences.mean().item() if divergences.numel() else 0.0
+        elif self.distill_coef > 0:
             if any(s.teacher_logprobs is None for s in micro):
                 raise ValueError("learner.distill_coef > 0 needs each sample's teacher_logprobs (hindsight scoring)")
             teacher = torch.cat([s.teacher_logprobs for s in micro]).to(logprobs.device)

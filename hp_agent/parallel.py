@@ -34,16 +34,16 @@ import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from hp_agent.batching import pad_right, predicting_states
 from hp_agent.constraint import Allowed
-from hp_agent.kernels import chunked_logprobs
 from hp_agent.distributed import SINGLE, Ranks
 from hp_agent.errors import UserFileNotFoundError
+from hp_agent.kernels import TeacherSupport, chunked_logprobs, chunked_logprobs_and_jsd
 from hp_agent.packing import TRAINING, check_masked_attention, packed_span_hidden_states
 
 Parallel = Literal["ddp", "fsdp2"]
@@ -68,8 +68,10 @@ class ActionLogprobs(nn.Module):
         self.model, self.temperature, self.packed, self.pad_id = model, temperature, packed, pad_id
         self.logit_chunk_tokens = logit_chunk_tokens
 
-    def forward(self, sequences: list[list[int]], spans: list[tuple[int, int]],
-                allowed: Allowed | None = None) -> list[torch.Tensor]:
+    def forward(self, sequences: list[list[int]], spans: list[tuple[int, int]], allowed: Allowed | None = None,
+                teacher: TeacherSupport | None = None) -> list[torch.Tensor] | tuple[list[torch.Tensor], torch.Tensor]:
+        """The spans' log-probs; with a ``teacher`` (rows aligned with the spans' tokens), also
+        each token's :func:`~hp_agent.kernels.support_jsd` against it, from the same logits."""
         if self.packed:
             states = torch.cat(packed_span_hidden_states(self.model, sequences, spans, None, self.pad_id, TRAINING))
         else:
@@ -86,7 +88,12 @@ class ActionLogprobs(nn.Module):
         # All rows' spans through the head together: one large matmul per chunk, not one small one per row.
         targets = torch.tensor([token for sequence, (start, end) in zip(sequences, spans) for token in sequence[start:end]],
                                dtype=torch.long, device=states.device)
-        return list(chunked_logprobs(states, targets, project, self.logit_chunk_tokens, allowed).split([end - start for start, end in spans]))
+        sizes = [end - start for start, end in spans]
+        if teacher is None:
+            return list(chunked_logprobs(states, targets, project, self.logit_chunk_tokens, allowed).split(sizes))
+        logprobs, divergences = chunked_logprobs_and_jsd(states, targets, project, teacher.to(states.device),
+                                                         self.logit_chunk_tokens, allowed)
+        return list(logprobs.split(sizes)), divergences
 
 
 class TrainModel:
@@ -134,10 +141,18 @@ class TrainModel:
     def forward(self, sequences: list[list[int]], spans: list[tuple[int, int]],
                 allowed: Allowed | None = None) -> list[torch.Tensor]:
         """:class:`ActionLogprobs` of ``sequences``' ``spans`` in training mode (under bf16 autocast with mixed precision)."""
+        return self._run(sequences, spans, allowed)
+
+    def forward_with_teacher(self, sequences: list[list[int]], spans: list[tuple[int, int]], allowed: Allowed | None,
+                             teacher: TeacherSupport) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """:meth:`forward` and each span token's JSD to the ``teacher``'s distribution (the distillation term)."""
+        return self._run(sequences, spans, allowed, teacher)
+
+    def _run(self, *inputs: object) -> Any:
         self.trained.train()
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else nullcontext()
         with autocast:
-            return self.module(sequences, spans, allowed)
+            return self.module(*inputs)
 
     @contextmanager
     def gradient_sync(self, enabled: bool) -> Iterator[None]:

@@ -71,7 +71,7 @@ def test_chunked_jsd_equals_unchunked():
         reference_hindsight_lp = torch.log_softmax(head(hindsight), -1).gather(-1, ids[:, None]).squeeze(-1)
         # chunk_elements 120 -> 3 rows at a time inside each 4-token chunk; 1 -> one row at a time.
         for chunk_size, chunk_elements in [(4, 1 << 23), (4, 120), (13, 1), (100, 40 * 5)]:
-            weights, logprobs, hindsight_logprobs = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size,
+            weights, logprobs, hindsight_logprobs, _ = jsd_weights_from_hidden(causal, hindsight, ids, head, chunk_size,
                                                                             chunk_elements)
             assert torch.allclose(weights, whole, atol=1e-6)
             assert torch.allclose(logprobs, reference_lp, atol=1e-6)
@@ -348,3 +348,43 @@ def test_grpo_equal_rewards_give_exact_zero():
     advantages, metrics = grpo_advantages(torch.full((8,), 10.0), torch.zeros(8, dtype=torch.long), True, 1e-6)
     assert torch.equal(advantages, torch.zeros(8))
     assert metrics["credit/degenerate_group_fraction"] == 1.0
+
+
+def test_support_jsd_by_hand_and_as_the_full_jsd():
+    """The distillation term's divergence: on the teacher's top-1 id plus the rest's bin,
+    teacher (0.5, 0.3, 0.2) against student (0.2, 0.3, 0.5) is the JSD of (0.5, 0.5) and
+    (0.2, 0.8); on the full support it is the JSD of the distributions themselves."""
+    from hp_agent.kernels import support_jsd, teacher_support
+
+    teacher_logits = torch.tensor([[0.5, 0.3, 0.2]]).log()
+    student_logits = torch.tensor([[0.2, 0.3, 0.5]]).log()
+
+    def by_hand(p, q):
+        m = [(a + b) / 2 for a, b in zip(p, q)]
+        return (0.5 * sum(a * math.log(a / c) for a, c in zip(p, m)) + 0.5 * sum(b * math.log(b / c) for b, c in zip(q, m))) / math.log(2)
+
+    top1 = support_jsd(student_logits, teacher_support(teacher_logits, 1))
+    assert float(top1) == pytest.approx(by_hand([0.2, 0.8], [0.5, 0.5]), rel=1e-5)
+    full = support_jsd(student_logits, teacher_support(teacher_logits, None))
+    assert float(full) == pytest.approx(float(jsd_from_logits(student_logits, teacher_logits)), rel=1e-5)
+    assert float(full) == pytest.approx(by_hand([0.2, 0.3, 0.5], [0.5, 0.3, 0.2]), rel=1e-5)
+    # k = V is the full support (the rest's bin is empty); restricted (-inf) ids add nothing.
+    assert float(support_jsd(student_logits, teacher_support(teacher_logits, 3))) == pytest.approx(float(full), rel=1e-4)
+    masked = torch.tensor([[0.0, 0.0, -float("inf")]])
+    assert float(support_jsd(masked, teacher_support(masked, 2))) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_support_jsd_gradient_moves_the_student_toward_the_teacher():
+    """Descending the divergence raises the student's probability of what the teacher
+    favours and lowers the divergence, top-k and full alike; finite where ids are masked."""
+    from hp_agent.kernels import support_jsd, teacher_support
+
+    teacher_logits = torch.tensor([[3.0, 0.0, 0.0, -float("inf")]])
+    for topk in (1, 2, None):
+        student = torch.tensor([[0.0, 2.0, 0.0, -float("inf")]], requires_grad=True)
+        before = support_jsd(student, teacher_support(teacher_logits, topk))
+        before.sum().backward()
+        assert torch.isfinite(student.grad[:, :3]).all()
+        stepped = (student - 1.0 * student.grad).detach()
+        assert float(support_jsd(stepped, teacher_support(teacher_logits, topk))) < before.item()
+        assert torch.softmax(stepped, -1)[0, 0] > torch.softmax(student.detach(), -1)[0, 0]

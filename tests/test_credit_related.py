@@ -134,21 +134,23 @@ def test_spo_runs_with_its_decay_and_the_others_keep_theirs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["opsd", "hcapo", "gigpo", "spo", "grpo+distill"])
+@pytest.mark.parametrize("algo", ["opsd", "hcapo", "gigpo", "spo", "grpo+sampled", "grpo+topk", "grpo+full"])
 def test_one_training_step_of_each_rule(tmp_path, algo):
     """Multi-turn (keys), so that GiGPO finds anchor states and OPSD's hindsight has a future;
-    GRPO with the distillation term scores hindsight, which GRPO alone does not."""
+    GRPO with each distillation term scores hindsight, which GRPO alone does not."""
     algo, _, distill = algo.partition("+")
     grouped = algo in ("hcapo", "gigpo", "grpo")
     summary = hp_agent.train({
         "env": {"name": "keys"}, "algo": {"name": algo, **({"group_size": 4} if grouped else {})},
-        "rollout": {"max_new_tokens": 16}, "learner": {"lr": 1e-4, **({"distill_coef": 0.1} if distill else {})},
+        "rollout": {"max_new_tokens": 16},
+        "learner": {"lr": 1e-4, **({"distill_coef": 0.1, "distill": distill} if distill else {})},
         "trainer": {"steps": 1, "prompts_per_step": 2, "run_dir": str(tmp_path), "name": algo, "checkpoint_every": 1},
     }, progress=False)
     (metrics,) = read_jsonl_records(summary.run_dir / "metrics.jsonl")
     assert metrics["train/optimizer_steps"] == 1
     key = {"opsd": "credit/hindsight_log_ratio_mean", "hcapo": "credit/hindsight_ratio_mean",
            "gigpo": "credit/anchor_turn_fraction", "spo": "credit/centered_reward", "grpo": "loss/distill_kl"}[algo]
+    key = "loss/distill_jsd" if distill in ("topk", "full") else key
     assert key in metrics
     if algo == "gigpo":
         assert metrics[key] > 0  # four rollouts of a task share at least their start

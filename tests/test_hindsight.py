@@ -129,6 +129,31 @@ def test_hindsight_logprobs_match_a_plain_forward_of_each_hindsight_sequence(tin
     assert (scores.hindsight_logprobs[0] - scores.causal_logprobs[0]).abs().max() > 1e-3
 
 
+def test_the_kept_teacher_is_the_hindsight_distribution_of_each_token(tiny_policy):
+    """learner.distill=topk|full: the scorer keeps, per action token, the hindsight
+    distribution's likeliest ids and their log-probs (or every log-prob), from the passes it
+    already runs: equal to the model run on each segment's hindsight ids alone."""
+    long_response = "\n\n".join(f"Step {k}: add {k} and {k + 1} to get {2 * k + 1}." for k in range(3))
+    trajectory, _ = _math_trajectory(tiny_policy, long_response)
+    base = replace(ScoringOptions.from_config(), max_segment_tokens=12)
+    (top,) = score_trajectories(tiny_policy, [trajectory], replace(base, teacher="topk", teacher_topk=5), with_hindsight=True)
+    (full,) = score_trajectories(tiny_policy, [trajectory], replace(base, teacher="full"), with_hindsight=True)
+    (plain,) = score_trajectories(tiny_policy, [trajectory], base, with_hindsight=True)
+    assert plain.teacher is None and top.teacher[0].ids.shape == (len(trajectory.turns[0].action_ids), 5)
+    for _, segment, ids in hindsight_sequences(tiny_policy, [trajectory], base):
+        with torch.no_grad():
+            logits = tiny_policy.model(torch.tensor([ids])).logits[0]
+        start = len(ids) - (segment.end - segment.start)
+        expected = torch.log_softmax(logits[start - 1 : -1], -1)
+        kept = top.teacher[segment.turn].rows(segment.start, segment.end)
+        assert torch.allclose(kept.logprobs, expected.topk(5, -1).values, atol=1e-4)
+        assert torch.equal(kept.ids, expected.topk(5, -1).indices)
+        assert full.teacher[segment.turn].ids is None
+        assert torch.allclose(full.teacher[segment.turn].logprobs[segment.start : segment.end], expected, atol=1e-4)
+    # Keeping the teacher changes nothing else the scorer returns.
+    assert all(torch.equal(a, b) for a, b in zip(top.weights, plain.weights))
+
+
 def test_hindsight_weights_are_bounded_and_informative(tiny_policy):
     single, _ = _math_trajectory(tiny_policy)
     multi = _multi_turn_trajectory(tiny_policy)

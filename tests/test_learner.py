@@ -1,6 +1,7 @@
 """Learner: token in, token out; masks; zero gradients; micro-batch invariance; bad steps."""
 
 import copy
+import math
 from dataclasses import replace
 
 import pytest
@@ -425,6 +426,61 @@ def test_distillation_moves_each_sampled_token_toward_the_teacher(policy):
     assert "loss/distill_kl" not in still.metrics and torch.allclose(unmoved, student, atol=1e-5)
     with pytest.raises(ValueError, match="teacher_logprobs"):
         _learner(load_policy("tiny"), distill_coef=0.5).step([[replace(s, teacher_logprobs=None) for s in turns] for turns in own])
+
+
+@pytest.mark.parametrize("distill", ["topk", "full"])
+def test_distribution_distillation_moves_the_policy_toward_the_teacher(policy, distill):
+    """learner.distill=topk|full with zero credit: one step lowers the JSD between the
+    policy and a teacher that puts 90% on another id than the sampled one at each token,
+    and raises the policy's probability of that id; coefficient 0 moves nothing; and the
+    teacher distribution is required."""
+    from hp_agent.kernels import TeacherSupport
+
+    trajectories = _rollouts(policy, tasks=2)
+    scores = score_trajectories(policy, trajectories, ScoringOptions.from_config(), with_hindsight=True)
+    samples, _ = _credit(trajectories, scores)
+    vocab = policy.model.get_output_embeddings().weight.shape[0]
+
+    def teacher_of(sample):
+        target = (torch.tensor(sample.input_ids[sample.action_start :]) + 1) % vocab
+        if distill == "topk":
+            return TeacherSupport(target[:, None], torch.full((len(target), 1), math.log(0.9)))
+        rest = torch.full((len(target), vocab), math.log(0.1 / (vocab - 1)))
+        return TeacherSupport(None, rest.scatter(1, target[:, None], math.log(0.9)))
+
+    taught = [[replace(s, credit=torch.zeros_like(s.credit), teacher=teacher_of(s)) for s in turns] for turns in samples]
+    flat = [s for turns in taught for s in turns]
+    teacher = TeacherSupport.cat([s.teacher for s in flat])
+    target = torch.cat([(torch.tensor(s.input_ids[s.action_start :]) + 1) % vocab for s in flat])
+
+    def after_one_step(coef):
+        torch.manual_seed(0)
+        learner = _learner(load_policy("tiny"), lr=1e-3, distill_coef=coef, distill=distill)
+        inputs = [s.input_ids for s in flat], [(s.action_start, len(s.input_ids)) for s in flat], None, teacher
+        with torch.no_grad():
+            _, before = learner.model.forward_with_teacher(*inputs)
+            lp_before = _target_logprobs(learner, flat, target)
+        (record,) = learner.step(taught)
+        with torch.no_grad():
+            _, after = learner.model.forward_with_teacher(*inputs)
+            lp_after = _target_logprobs(learner, flat, target)
+        return record, before, after, lp_after - lp_before
+
+    record, before, after, gain = after_one_step(1.0)
+    assert record.metrics["loss/distill_jsd"] == pytest.approx(float(before.mean()), rel=1e-3)
+    assert float(after.mean()) < float(before.mean()) and float(gain.mean()) > 0
+    still, before, after, gain = after_one_step(0.0)
+    assert "loss/distill_jsd" not in still.metrics and torch.allclose(before, after, atol=1e-5)
+    with pytest.raises(ValueError, match="teacher distribution"):
+        _learner(load_policy("tiny"), distill_coef=0.5, distill=distill).step(samples)
+
+
+def _target_logprobs(learner, samples, target):
+    """log pi(target) at each action position of ``samples`` under the learner's weights."""
+    learner.model.trained.eval()
+    logits = [learner.model.trained(torch.tensor([s.input_ids])).logits[0, s.action_start - 1 : len(s.input_ids) - 1]
+              for s in samples]
+    return torch.log_softmax(torch.cat(logits).float(), -1).gather(-1, target[:, None]).squeeze(-1)
 
 
 def test_distillation_makes_any_rule_score_hindsight():

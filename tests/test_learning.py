@@ -75,7 +75,12 @@ BUDGETS = {"hp-rlvr": Budget(24, 16, 1, 1e-4, 8), "grpo": Budget(20, 2, 8, 1e-4,
 # The related methods (hp_agent/credit/related.py) take the budget of their kind: one
 # rollout a prompt as HP-RLVR, a group of 8 as GRPO.
 RELATED = ("opsd", "spo", "hcapo", "gigpo")
-BUDGETS.update({"opsd": BUDGETS["hp-rlvr"], "spo": BUDGETS["hp-rlvr"], "hcapo": BUDGETS["grpo"], "gigpo": BUDGETS["grpo"]})
+BUDGETS.update({"opsd": BUDGETS["hp-rlvr"], "spo": BUDGETS["hp-rlvr"], "hcapo": BUDGETS["grpo"], "gigpo": BUDGETS["grpo"],
+                "distill-only": BUDGETS["hp-rlvr"]})
+# The distillation term (learner.distill=topk): beside GRPO at a small coefficient, and
+# alone (a rule giving zero credit, the term the whole loss) at 1.
+DISTILL = {"distill": "topk", "distill_coef": 0.1}
+DISTILL_ALONE = {"distill": "topk", "distill_coef": 1.0}
 # "open" is 3 tokens, "use key" 2, plus the end-of-turn token.
 SAMPLING = SamplingParams(max_new_tokens=5, temperature=1.0)
 EVAL_SEED = 1
@@ -142,6 +147,10 @@ def _flipped(name: str) -> None:
                     min_group_size=rule.min_group_size, baseline_decay=rule.baseline_decay)(flipped)
 
 
+def _no_credit(batch: CreditBatch, options: CreditOptions) -> tuple[torch.Tensor, dict[str, float]]:
+    return torch.zeros(batch.token_turn.shape), {}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _flipped_rules() -> Iterator[None]:
     """'hp-rlvr-flipped' and 'grpo-flipped': the built-in rules with the credit negated; and
@@ -150,8 +159,9 @@ def _flipped_rules() -> Iterator[None]:
     register_credit("grpo-flipped", group_size=8, min_group_size=2)(_flipped_grpo)
     for name in RELATED:
         _flipped(name)
+    register_credit("distill-only", hindsight=True)(_no_credit)
     yield
-    for name in ("hp-rlvr-flipped", "grpo-flipped", *(f"{name}-flipped" for name in RELATED)):
+    for name in ("hp-rlvr-flipped", "grpo-flipped", "distill-only", *(f"{name}-flipped" for name in RELATED)):
         CREDIT_RULES.pop(name, None)
 
 
@@ -200,10 +210,10 @@ def warm_start(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 
 
 def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path, off_policy_steps: int = 0,
-                    backend: str = "hf", steps: int | None = None) -> tuple[int, int]:
+                    backend: str = "hf", steps: int | None = None, learner: dict | None = None) -> tuple[int, int]:
     """Train from ``warm`` with the budget of ``algo`` (a flipped rule: its base's; ``steps``
     of them where given), ``off_policy_steps`` behind (``trainer.off_policy_steps``), rolled
-    out by ``backend``; return the held-out (successes, episodes) after."""
+    out by ``backend``, with further ``learner`` keys; return the held-out (successes, episodes) after."""
     budget = BUDGETS[algo.removesuffix("-flipped")]
     steps = budget.steps if steps is None else steps
     config = {
@@ -211,7 +221,7 @@ def train_and_score(warm: Path, env: str, algo: str, seed: int, run_dir: Path, o
         "model": {"name": str(warm), "backend": backend},
         "algo": {"name": algo, "group_size": budget.group_size},
         "rollout": {"max_new_tokens": SAMPLING.max_new_tokens, "temperature": SAMPLING.temperature},
-        "learner": {"lr": budget.lr, "mini_batch_prompts": budget.mini_batch_prompts},
+        "learner": {"lr": budget.lr, "mini_batch_prompts": budget.mini_batch_prompts, **(learner or {})},
         "trainer": {
             "steps": steps,
             "prompts_per_step": budget.prompts_per_step,
@@ -334,3 +344,35 @@ def test_related_rules_flipped_fail_the_criterion(warm_start, tmp_path: Path, en
     message = f"{env} {algo}: {_rates(before[env], after)}"
     print(message)
     assert not improved(*before[env], *after), message
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.parametrize("env", ENVS)
+def test_grpo_with_the_distillation_term_raises_held_out_success(warm_start, tmp_path: Path, env: str) -> None:
+    """GRPO plus learner.distill=topk (0.1) learns as GRPO does; with GRPO's credit flipped
+    the term does not rescue it (the control)."""
+    warm, before = warm_start
+    after = train_and_score(warm, env, "grpo", 0, tmp_path / "grpo", learner=DISTILL)
+    flipped = train_and_score(warm, env, "grpo-flipped", 0, tmp_path / "flipped", learner=DISTILL)
+    message = f"{env} grpo+distill seed 0: {_rates(before[env], after)}; flipped: {_rates(before[env], flipped)}"
+    print(message)
+    assert improved(*before[env], *after) and not improved(*before[env], *flipped), message
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.parametrize("env", ENVS)
+def test_the_distillation_term_alone(warm_start, tmp_path: Path, env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The term as the whole loss (zero credit), toward the hindsight-conditioned policy;
+    the control ascends the same divergence (its sign flipped in the kernel)."""
+    import hp_agent.kernels as kernels
+
+    warm, before = warm_start
+    after = train_and_score(warm, env, "distill-only", 0, tmp_path / "on", learner=DISTILL_ALONE)
+    support_jsd = kernels.support_jsd
+    monkeypatch.setattr(kernels, "support_jsd", lambda *args: -support_jsd(*args))
+    flipped = train_and_score(warm, env, "distill-only", 0, tmp_path / "flipped", learner=DISTILL_ALONE)
+    message = f"{env} distillation alone seed 0: {_rates(before[env], after)}; ascended: {_rates(before[env], flipped)}"
+    print(message)
+    assert improved(*before[env], *after) and not improved(*before[env], *flipped), message

@@ -20,6 +20,7 @@ from hp_agent.trajectory import Trajectory, format_token_mask, usable_indices
 
 if TYPE_CHECKING:
     from hp_agent.hindsight import TrajectoryScores
+    from hp_agent.kernels import TeacherSupport
     from hp_agent.policies import Policy
 
 
@@ -34,6 +35,8 @@ class TrainingSample:
     ``allowed``: the turn's restricted-decoding sets per action token (``Turn.allowed``).
     ``teacher_logprobs``: the action tokens' log-probs under the hindsight context, where
     the batch was scored with it (the distillation term's teacher; None: not scored).
+    ``teacher``: the hindsight distribution at each action token, top-k or full, where
+    the distillation term reads it (``learner.distill=topk|full``; else None).
     """
 
     input_ids: list[int]
@@ -42,6 +45,7 @@ class TrainingSample:
     credit: torch.Tensor
     allowed: list[list[int] | None] | None = None
     teacher_logprobs: torch.Tensor | None = None
+    teacher: TeacherSupport | None = None
 
     @property
     def num_action_tokens(self) -> int:
@@ -129,9 +133,11 @@ def assign_credit(
     samples = [
         [
             TrainingSample(turn.prompt_ids + turn.action_ids, len(turn.prompt_ids), old, next(turn_credit), turn.allowed,
-                           teacher)
-            for turn, old, teacher in zip(trajectories[k].turns, scores[k].causal_logprobs,
-                                          scores[k].hindsight_logprobs or [None] * len(trajectories[k].turns))
+                           teacher_logprobs, teacher)
+            for turn, old, teacher_logprobs, teacher in zip(
+                trajectories[k].turns, scores[k].causal_logprobs,
+                scores[k].hindsight_logprobs or [None] * len(trajectories[k].turns),
+                scores[k].teacher or [None] * len(trajectories[k].turns))
         ]
         for k in usable
     ]
