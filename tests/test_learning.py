@@ -27,7 +27,8 @@ seeds and keys' controls are ``make test-learning``.
 The related methods (``make test-learning``), seed 0, warm start 0.417 keys / 0.525 keystep:
 SPO 0.853 / 0.961, HCAPO 0.817 / 0.906, GiGPO 0.861 / 0.923; flipped 0.012 / 0.010,
 0.000 / 0.001, 0.000 / 0.116. OPSD 0.000 / 0.000, its flipped control 0.004 / 0.945 (see
-``OPSD_FAILS``).
+``OPSD_FAILS``). GRPO plus the distillation term (topk, 0.1): 0.813 / 0.914, with GRPO's
+credit flipped 0.000 / 0.000; the term alone 0.000 / 0.000 (``DISTILL_FAILS``).
 """
 
 from __future__ import annotations
@@ -360,8 +361,16 @@ def test_grpo_with_the_distillation_term_raises_held_out_success(warm_start, tmp
     assert improved(*before[env], *after) and not improved(*before[env], *flipped), message
 
 
+# Measured (seed 0): distillation alone drives held-out success to 0 on both envs (keys
+# 0.417 -> 0.000, keystep 0.525 -> 0.000), as OPSD does and for OPSD's reason: the tiny
+# model's hindsight-conditioned distribution does not point at the right action; ascending
+# the divergence leaves keys at 0.000 and keystep at 0.585 (not a gain by the criterion).
+DISTILL_FAILS = pytest.mark.xfail(strict=True, reason="the teacher does not read its privileged block (OPSD_FAILS)")
+
+
 @pytest.mark.slow
 @pytest.mark.learning
+@DISTILL_FAILS
 @pytest.mark.parametrize("env", ENVS)
 def test_the_distillation_term_alone(warm_start, tmp_path: Path, env: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The term as the whole loss (zero credit), toward the hindsight-conditioned policy;
