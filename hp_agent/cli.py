@@ -36,6 +36,17 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+def _yaml_mapping(text: str, option: str, example: str) -> dict:
+    """``text`` parsed as a YAML mapping, else one line naming ``option`` and an example."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if not isinstance(value, dict):
+        _fail(f"{option} must be a YAML mapping such as '{example}', got {text!r}")
+    return value
+
+
 class _Commands(TyperGroup):
     """The commands; a user's mistake (:class:`hp_agent.errors.UserError`) ends one in a line,
     anything else is a bug and ends it in its traceback."""
@@ -64,7 +75,7 @@ app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=False,
 @app.command()
 def train(
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted config overrides, e.g. algo.clip_eps_low=0.1"),
-    env: Optional[str] = typer.Option(None, help="Env name (default: alfworld)."),
+    env: Optional[str] = typer.Option(None, help="Env name, or openenv:URL for a remote OpenEnv server (default: alfworld)."),
     model: Optional[str] = typer.Option(None, help="tiny, a local folder, or a cached hub id."),
     algo: Optional[str] = typer.Option(None, help="Credit rule: hp-rlvr, grpo, reinforce, opsd, hcapo, gigpo, spo (docs/algorithm.md), or one you registered."),
     steps: Optional[int] = typer.Option(None, help="Training steps."),
@@ -334,6 +345,25 @@ def compare(
 
 
 @app.command()
+def serve(
+    env: str = typer.Option(..., help="Registered env to serve (`hp-agent envs` lists them), or module:factory."),
+    env_kwargs: str = typer.Option("{}", help="Env arguments as a YAML mapping, e.g. '{split: id, source: official}'."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on."),
+    max_sessions: int = typer.Option(8, min=1, help="Concurrent WebSocket sessions (one env process each); one more gets CAPACITY_REACHED."),
+    idle_timeout: float = typer.Option(600.0, min=1.0, help="Seconds a session may sit idle before the server closes it and its env."),
+    privileged: bool = typer.Option(False, "--privileged", help="Also send what only the env knows (ALFWorld's expert action, walkthrough, game file) in each observation's `privileged` field."),
+) -> None:
+    """Serve an env over OpenEnv's protocol (WebSocket /ws; /health, /schema, /metadata) until Ctrl-C."""
+    from hp_agent.envs.wire.server import serve as serve_env
+
+    kwargs = _yaml_mapping(env_kwargs, "--env-kwargs", "{split: id}")
+    console.print(f"serving {env} at ws://{host}:{port}/ws (up to {max_sessions} sessions); train on it with "
+                  f"`hp-agent train --env openenv:ws://{host}:{port}`", soft_wrap=True)
+    serve_env(env, kwargs, host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout, privileged=privileged)
+
+
+@app.command()
 def sft(
     out: Path = typer.Option(..., help="Folder to write the warmed-up model to (must not exist or be empty)."),
     env: Optional[str] = typer.Option(None, help="Env whose train-split demonstrations to learn from (ALFWorld: the expert's won games, ~2 s a game; `hp-agent data alfworld --demos` plays them in parallel for --data).", show_default="alfworld"),
@@ -360,13 +390,7 @@ def sft(
 
     _quiet_libraries()
     torch.set_num_threads(int(os.environ.get("HP_AGENT_TORCH_THREADS", "1")))
-    try:
-        kwargs = yaml.safe_load(env_kwargs)
-    except yaml.YAMLError:
-        kwargs = None
-    if not isinstance(kwargs, dict):
-        _fail(f"--env-kwargs must be a YAML mapping such as '{{demo_mistakes: 0.5}}', got {env_kwargs!r}")
-        return
+    kwargs = _yaml_mapping(env_kwargs, "--env-kwargs", "{demo_mistakes: 0.5}")
     # Options left unset take hp_agent.sft.sft's defaults: the one place they are set.
     given = dict(env=env, model=model, steps=steps, batch_size=batch_size, lr=lr, seed=seed, save_every=save_every,
                  prompt_loss=prompt_loss, hindsight_episodes=hindsight_episodes, hindsight_max_new_tokens=hindsight_max_new_tokens)

@@ -37,6 +37,17 @@ class EnvConfig(_Section):
     step_timeout: float = Field(60.0, gt=0.0, description="Seconds one env step may take in a worker before it is restarted and the episode marked errored.")
     reset_timeout: float = Field(120.0, gt=0.0, description="Seconds one env reset may take in a worker (a new ALFWorld game takes 0.2-2 s to translate the first time).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _remote_env(cls, data: Any) -> Any:
+        """``name: openenv:URL`` is the env ``openenv`` at ``URL`` (``kwargs.url``)."""
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            from hp_agent.envs import split_env_spec
+
+            name, kwargs = split_env_spec(data["name"], dict(data.get("kwargs") or {}))
+            data = {**data, "name": name, "kwargs": kwargs} if name != data["name"] else data
+        return data
+
 
 class VLLMConfig(_Section):
     """The vLLM rollout engine (``model.backend=vllm``); ignored by the hf backend."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from hp_agent.envs import TextEnv, env_factory, make
+from hp_agent.envs import TextEnv, env_factory, make, split_env_spec
 from hp_agent.envs.pool import EnvPool
 from hp_agent.errors import UserError, UserValueError
 from hp_agent.files import atomic_write_text
@@ -365,8 +365,8 @@ def evaluate(
     """
     if samples < 1:
         raise UserValueError(f"samples must be >= 1, got {samples}")
+    env, kwargs = split_env_spec(env, dict(env_kwargs or {}))
     factory = env_factory(env)
-    kwargs = dict(env_kwargs or {})
     split = split or kwargs.get("split") or getattr(factory, "eval_split", None)
     if split is not None:
         kwargs["split"] = split

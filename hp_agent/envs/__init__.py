@@ -76,6 +76,16 @@ def check_kwargs(name: str, factory: EnvFactory, kwargs: dict) -> None:
         raise UserValueError(f"env {name!r} has no argument {unknown[0]!r}; valid: {', '.join(valid)}")
 
 
+OPENENV_PREFIX = "openenv:"
+
+
+def split_env_spec(name: str, kwargs: dict) -> tuple[str, dict]:
+    """``openenv:URL`` as the env ``openenv`` with ``url=URL``; any other name as it is."""
+    if name.startswith(OPENENV_PREFIX):
+        return "openenv", {**kwargs, "url": name[len(OPENENV_PREFIX):]}
+    return name, kwargs
+
+
 def make(name: str, **kwargs) -> TextEnv:
     """Build env ``name`` with ``kwargs`` passed to its factory."""
     factory = env_factory(name)
@@ -92,5 +102,6 @@ register("code", "hp_agent.envs.code:CodeEnv")
 register("keys", "hp_agent.envs.toy:KeysEnv")
 register("keystep", "hp_agent.envs.toy:KeyStepEnv")
 register("fetch", "hp_agent.envs.fetch:FetchEnv")
+register("openenv", "hp_agent.envs.wire.client:OpenEnvTextEnv")
 
-__all__ = ["TextEnv", "env_factory", "list_envs", "make", "register", "text_space"]
+__all__ = ["TextEnv", "env_factory", "list_envs", "make", "register", "split_env_spec", "text_space"]

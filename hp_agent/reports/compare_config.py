@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hp_agent.config import ConfigError, TrainConfig, load_config, validation_problems
-from hp_agent.envs import env_factory
+from hp_agent.envs import env_factory, split_env_spec
 from hp_agent.evaluation import EvalResult
 
 SETTINGS_FILE = "compare.yaml"
@@ -72,7 +72,7 @@ class CompareConfig(BaseModel):
 
     def eval_plan(self) -> list[tuple[str | None, int]]:
         """(split, samples per task) of each evaluation, as the env declares them unless set here."""
-        env = env_factory(self.env)
+        env = env_factory(split_env_spec(self.env, {})[0])
         splits: list[str | None] = list(self.eval_splits or getattr(env, "compare_splits", ()) or [getattr(env, "eval_split", None)])
         return [(split, self.eval_samples or getattr(env, "eval_samples", 1)) for split in splits]
 
