@@ -187,14 +187,61 @@ def test_a_missing_server_is_one_line():
         make("openenv", url=f"ws://127.0.0.1:{port}")
 
 
+@pytest.fixture(scope="module")
+def alfworld_games() -> dict:
+    """Six official ID games, one of each task type (served without --privileged)."""
+    pytest.importorskip("alfworld", reason="alfworld is not installed (pip install -e '.[alfworld]')")
+    from hp_agent.envs.alfworld import data
+
+    root = data.find_data_root()
+    if root is None:
+        pytest.skip(data.missing_data_message())
+    return {"split": "id", "data_root": str(root), "num_games": 6}
+
+
+@pytest.fixture(scope="module")
+def alfworld_server(alfworld_games) -> Iterator[Server]:
+    server = Server("alfworld", alfworld_games)
+    yield server
+    server.stop()
+
+
 @pytest.mark.slow
-def test_two_steps_of_hp_rlvr_train_on_a_served_keys_env(keys_server, tmp_path):
+def test_served_alfworld_walkthroughs_win_six_official_games_as_locally(alfworld_server, alfworld_games):
+    """The walkthrough comes from the local env: the expert's action never crosses the wire."""
+    local = make("alfworld", **alfworld_games, walkthrough_info=True)
+    remote = make("openenv", url=alfworld_server.url)
+    try:
+        assert remote.task_ids() == local.task_ids() and remote.action_template == local.action_template
+        types = set()
+        for task_id in local.task_ids():
+            remote_text, remote_info = remote.reset(seed=0, options={"task_id": task_id})
+            local_text, local_info = local.reset(seed=0, options={"task_id": task_id})
+            assert remote_text == local_text and remote_info["admissible_actions"] == local_info["admissible_actions"]
+            assert "expert_action" not in remote_info and "walkthrough" not in remote_info
+            types.add(local_info["task_type"])
+            for command in local_info["walkthrough"]:
+                response = local.action_template.format(action=command)
+                remote_step, local_step = remote.step(response), local.step(response)
+                assert remote_step[:4] == local_step[:4]
+                assert remote_step[4]["admissible_actions"] == local_step[4]["admissible_actions"]
+            assert remote_step[2] and remote_step[4]["won"] and remote_step[4]["verdict"] == local_step[4]["verdict"]
+        assert len(types) == 6
+    finally:
+        remote.close()
+        local.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("served", ["keys", "alfworld"])
+def test_two_steps_of_hp_rlvr_train_on_a_served_env(served, request, tmp_path):
     import hp_agent
 
-    summary = hp_agent.train({"env": {"name": f"openenv:{keys_server.url}"}, "model": {"name": "tiny"},
-                              "rollout": {"max_new_tokens": 16},
-                              "trainer": {"steps": 2, "prompts_per_step": 4, "run_dir": str(tmp_path), "name": "wire"}},
+    server = request.getfixturevalue(f"{served}_server")
+    summary = hp_agent.train({"env": {"name": f"openenv:{server.url}"}, "model": {"name": "tiny"},
+                              "rollout": {"max_new_tokens": 16, "max_turns": 4},
+                              "trainer": {"steps": 2, "prompts_per_step": 2, "run_dir": str(tmp_path), "name": "wire"}},
                              progress=False)
     steps = [json.loads(line) for line in (summary.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [step["step"] for step in steps] == [0, 1] and summary.steps == 2
-    assert all(step["rollout/errored"] == 0 for step in steps)
+    assert all(step["rollout/errored"] == 0 and step["rollout/turns_mean"] > 1 for step in steps)
