@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -358,9 +359,10 @@ def serve(
     from hp_agent.envs.wire.server import serve as serve_env
 
     kwargs = _yaml_mapping(env_kwargs, "--env-kwargs", "{split: id}")
-    console.print(f"serving {env} at ws://{host}:{port}/ws (up to {max_sessions} sessions); train on it with "
-                  f"`hp-agent train --env openenv:ws://{host}:{port}`", soft_wrap=True)
-    serve_env(env, kwargs, host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout, privileged=privileged)
+    announce = partial(console.print, f"serving {env} at ws://{host}:{port}/ws (up to {max_sessions} sessions); train on "
+                       f"it with `hp-agent train --env openenv:ws://{host}:{port}`", soft_wrap=True)
+    serve_env(env, kwargs, host=host, port=port, announce=announce, max_sessions=max_sessions, idle_timeout=idle_timeout,
+              privileged=privileged)
 
 
 @app.command()

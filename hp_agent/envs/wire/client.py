@@ -7,10 +7,11 @@ format, action template, turn limit, reward bounds, task ids) come from an hp_ag
 server's ``ATTRIBUTES_ROUTE``; another OpenEnv server's observations are read from their
 ``text`` field (else the whole observation as JSON).
 
-Faults: a reset reconnects, with ``retries`` tries ``backoff`` seconds apart (doubling); a
-connection that drops, errors or times out mid-episode raises :class:`RemoteEnvError`,
-which the env pool turns into an errored episode (counted, left out of credit; the run goes
-on); the next reset opens a fresh session.
+One session serves all of an env's episodes (the server keeps its env process across
+resets). Faults: a connection that drops, errors or times out raises
+:class:`RemoteEnvError`, which the env pool turns into an errored episode (counted, left
+out of credit; the run goes on); the next reset opens a fresh session, with ``retries``
+tries ``backoff`` seconds apart (doubling).
 """
 
 from __future__ import annotations
@@ -89,19 +90,19 @@ class OpenEnvTextEnv(TextEnv):
             request["task_id"] = options["task_id"]
         delay = self.backoff
         for attempt in range(1, self.retries + 1):
-            self._hang_up()
             try:
-                self._client = GenericEnvClient(self.url, connect_timeout_s=self.connect_timeout,
-                                                message_timeout_s=self.message_timeout).sync()
-                self._client.connect()
+                if self._client is None:  # the session (and its env process) lives on across episodes
+                    self._client = GenericEnvClient(self.url, connect_timeout_s=self.connect_timeout,
+                                                    message_timeout_s=self.message_timeout).sync()
+                    self._client.connect()
                 text, _ = self._read(self._client.reset(**request))
                 return text, self._info
             except RemoteEnvError:
                 raise
             except Exception as error:  # refused, dropped, timed out, or an error reply
                 error = self._refusal() or error
+                self._hang_up()
                 if attempt == self.retries or (_is_reply_error(error) and "CAPACITY_REACHED" not in str(error)):
-                    self._hang_up()
                     raise RemoteEnvError(f"openenv server at {self.url}: reset failed after {attempt} "
                                          f"tries: {_one_line(error)}") from error
                 time.sleep(delay)
@@ -118,8 +119,6 @@ class OpenEnvTextEnv(TextEnv):
             raise RemoteEnvError(f"openenv server at {self.url} lost the episode: {_one_line(error)}") from error
         text, truncated = self._read(result)
         terminated = bool(result.done) and not truncated
-        if result.done:
-            self._hang_up()  # a fresh session per episode: the server frees its worker
         return text, float(result.reward or 0.0), terminated, truncated and bool(result.done), self._info
 
     def _read(self, result: Any) -> tuple[str, bool]:

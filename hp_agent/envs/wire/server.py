@@ -10,6 +10,7 @@ thread-safe, and a crashing or hanging env then costs one session, not the serve
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -17,6 +18,7 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, State
 
+from hp_agent.envs import check_kwargs, env_factory
 from hp_agent.envs.pool import EnvError, WorkerPool
 from hp_agent.envs.wire.messages import ATTRIBUTES_ROUTE, EnvAttributesMessage, TextAction, TextObservation, observation_of
 from hp_agent.errors import UserValueError
@@ -72,6 +74,8 @@ def _checked(result: tuple | EnvError) -> tuple:
 def env_attributes(spec: str, env_kwargs: dict[str, Any]) -> EnvAttributesMessage:
     """Build the env once in a worker (a bad kwarg fails here, before any client connects)
     and read what a client needs to know of it."""
+    if ":" not in spec:  # a registered env: a wrong name or argument is one line, before a process starts
+        check_kwargs(spec, env_factory(spec), env_kwargs)
     with WorkerPool(spec, 1, 1, env_kwargs) as pool:
         attributes = pool.attributes
     return EnvAttributesMessage(env=spec, system_prompt=attributes.system_prompt, answer_format=attributes.answer_format,
@@ -95,10 +99,29 @@ def build_app(spec: str, env_kwargs: dict[str, Any] | None = None, *, max_sessio
     return app
 
 
+class _QuietDisconnects:
+    """ASGI wrapper: OpenEnv 0.3.0's ``/ws`` handler closes a socket the client already
+    closed and raises ``WebSocketDisconnect``, which uvicorn would log as a crash with a
+    traceback each time a client leaves without a ``close`` message."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        from starlette.websockets import WebSocketDisconnect
+
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope["type"] != "websocket":
+                raise
+
+
 def serve(spec: str, env_kwargs: dict[str, Any] | None = None, *, host: str = "127.0.0.1", port: int = 8000,
-          **options: Any) -> None:
-    """Serve ``spec`` until interrupted."""
+          announce: Callable[[], None] = lambda: None, **options: Any) -> None:
+    """Serve ``spec`` until interrupted; ``announce`` runs once the env has been built."""
     import uvicorn
 
     app = build_app(spec, env_kwargs, **options)
-    uvicorn.run(app, host=host, port=port, ws_max_size=MAX_MESSAGE_BYTES, log_level="warning")
+    announce()
+    uvicorn.run(_QuietDisconnects(app), host=host, port=port, ws_max_size=MAX_MESSAGE_BYTES, log_level="warning")
