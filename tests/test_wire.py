@@ -96,6 +96,14 @@ def test_served_keys_plays_as_the_local_env_step_by_step(keys_server):
     remote.close()
 
 
+def test_openenvs_own_runtime_validator_passes_the_server(keys_server):
+    from openenv.cli._validation import validate_running_environment
+
+    report = validate_running_environment(f"http://127.0.0.1:{keys_server.port}", timeout_s=60)
+    assert report["passed"], [c["id"] for c in report["criteria"] if not c["passed"]]
+    assert {c["id"] for c in report["criteria"]} >= {"health_endpoint", "metadata_endpoint", "schema_endpoint"}
+
+
 def test_eight_concurrent_sessions_keep_their_games_apart(keys_server):
     task_ids = make("keys").task_ids()[10:18]
     remotes, locals_ = [make("openenv", url=keys_server.url) for _ in task_ids], [make("keys") for _ in task_ids]
@@ -245,3 +253,17 @@ def test_two_steps_of_hp_rlvr_train_on_a_served_env(served, request, tmp_path):
     steps = [json.loads(line) for line in (summary.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [step["step"] for step in steps] == [0, 1] and summary.steps == 2
     assert all(step["rollout/errored"] == 0 and step["rollout/turns_mean"] > 1 for step in steps)
+
+
+def test_the_manifest_names_an_app_that_serves_the_env(monkeypatch):
+    import importlib
+
+    import yaml
+
+    manifest = yaml.safe_load((Path(__file__).parents[1] / "openenv.yaml").read_text())
+    assert (manifest["spec_version"], manifest["runtime"]) == (1, "fastapi")
+    module_name, _, attribute = manifest["app"].partition(":")
+    monkeypatch.setenv("HP_AGENT_SERVE_ENV", "keystep")
+    app = getattr(importlib.import_module(module_name), attribute)
+    routes = {route.path for route in app.routes}
+    assert {"/ws", "/health", "/schema", "/hp_agent/env"} <= routes
