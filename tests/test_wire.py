@@ -96,6 +96,14 @@ def test_served_keys_plays_as_the_local_env_step_by_step(keys_server):
     remote.close()
 
 
+def test_gymnasium_env_checker_passes_the_remote_env(keys_server):
+    from gymnasium.utils.env_checker import check_env
+
+    remote = make("openenv", url=keys_server.url)
+    check_env(remote, skip_render_check=True)
+    remote.close()
+
+
 def test_openenvs_own_runtime_validator_passes_the_server(keys_server):
     from openenv.cli._validation import validate_running_environment
 
