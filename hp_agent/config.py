@@ -27,7 +27,7 @@ class _Section(BaseModel):
 
 
 class EnvConfig(_Section):
-    name: str = Field("alfworld", description="Registered env name (`hp-agent envs` lists them).")
+    name: str = Field("alfworld", description="Registered env name (`hp-agent envs` lists them), or openenv:URL: the env an OpenEnv server at URL serves (`hp-agent serve`).")
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments for the env factory, e.g. {split: train, max_steps: 20} (defaults: the env's train split)."
     )
