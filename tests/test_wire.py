@@ -179,6 +179,22 @@ def test_a_session_over_the_limit_gets_capacity_reached():
         server.stop()
 
 
+def test_an_idle_session_is_closed_and_frees_its_place():
+    server = Server("keys", {}, "--max-sessions", "1", "--idle-timeout", "1")
+    try:
+        idle, waiting = make("openenv", url=server.url), make("openenv", url=server.url, retries=1)
+        _, info = idle.reset(seed=0)
+        with pytest.raises(RemoteEnvError, match="CAPACITY_REACHED"):
+            waiting.reset(seed=0)
+        time.sleep(8)  # OpenEnv's reaper looks every 5 s at the least
+        assert waiting.reset(seed=0)[0]
+        with pytest.raises(RemoteEnvError, match="lost the episode"):
+            idle.step(info["admissible_actions"][0])
+        waiting.close()
+    finally:
+        server.stop()
+
+
 def test_a_server_killed_mid_episode_errors_that_episode_and_the_next_reset_reconnects():
     server = Server("keys", {})
     pool = make_env_pool("openenv", 1, env_kwargs={"url": server.url, "retries": 2, "backoff": 0.2})
