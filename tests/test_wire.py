@@ -291,3 +291,17 @@ def test_the_manifest_names_an_app_that_serves_the_env(monkeypatch):
     app = getattr(importlib.import_module(module_name), attribute)
     routes = {route.path for route in app.routes}
     assert {"/ws", "/health", "/schema", "/hp_agent/env"} <= routes
+
+
+def test_privileged_info_leaves_the_server_only_when_asked():
+    from hp_agent.envs.wire.messages import info_of, observation_of
+    from hp_agent.verifiers import Verdict
+
+    info = {"task_id": "t", "won": True, "admissible_actions": ["look"], "expert_action": "go to desk 1",
+            "walkthrough": ["go to desk 1"], "game_file": Path("/games/t.tw-pddl"), "verdict": Verdict(10.0, "success", True)}
+    public = observation_of("You win.", info, 10.0, True, False, privileged=False)
+    assert "go to desk 1" not in public.model_dump_json() and public.privileged is None
+    received = info_of(json.loads(public.model_dump_json()))
+    assert received == {"task_id": "t", "won": True, "admissible_actions": ["look"], "verdict": Verdict(10.0, "success", True)}
+    asked = info_of(json.loads(observation_of("You win.", info, 10.0, True, False, privileged=True).model_dump_json()))
+    assert (asked["expert_action"], asked["walkthrough"], asked["game_file"]) == ("go to desk 1", ["go to desk 1"], "/games/t.tw-pddl")
