@@ -29,13 +29,18 @@ from hp_agent.envs.pool import EnvError, make_env_pool  # noqa: E402
 from hp_agent.envs.wire.client import RemoteEnvError  # noqa: E402
 
 
+def free_port() -> int:
+    """A port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class Server:
     """An `hp-agent serve` process on a free local port."""
 
     def __init__(self, env: str, env_kwargs: dict, *flags: str):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"ws://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "hp_agent", "serve", "--env", env, "--env-kwargs", json.dumps(env_kwargs),
                    "--port", str(self.port), *flags]
@@ -212,9 +217,7 @@ def test_a_server_killed_mid_episode_errors_that_episode_and_the_next_reset_reco
 
 
 def test_a_missing_server_is_one_line():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     with pytest.raises(RemoteEnvError, match=f"no openenv server at http://127.0.0.1:{port}"):
         make("openenv", url=f"ws://127.0.0.1:{port}")
 

@@ -117,9 +117,8 @@ class OpenEnvTextEnv(TextEnv):
         except Exception as error:
             self._hang_up()
             raise RemoteEnvError(f"openenv server at {self.url} lost the episode: {_one_line(error)}") from error
-        text, truncated = self._read(result)
-        terminated = bool(result.done) and not truncated
-        return text, float(result.reward or 0.0), terminated, truncated and bool(result.done), self._info
+        text, truncated = self._read(result)  # the server sets truncated only on an episode's last step
+        return text, float(result.reward or 0.0), bool(result.done) and not truncated, truncated, self._info
 
     def _read(self, result: Any) -> tuple[str, bool]:
         observation = result.observation
