@@ -15,7 +15,7 @@ DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
 FORCE:
 
-.PHONY: install demo demo-alfworld test test-exhaustive test-learning test-vllm test-vllm-learning bench bench-vllm bench-trl clean
+.PHONY: install demo demo-alfworld test test-exhaustive test-learning test-vllm test-vllm-learning bench bench-vllm bench-trl test-trl clean
 
 $(TORCH_STAMP): FORCE
 	@mkdir -p $(VENV)
@@ -150,6 +150,10 @@ $(TRL_STAMP): pyproject.toml
 
 bench-trl: $(TRL_STAMP)
 	.venv-trl/bin/python bench/vs_trl.py
+
+# hp_agent envs inside TRL's GRPOTrainer (environment_factory): the adapter's tests and one real step
+test-trl: $(TRL_STAMP)
+	.venv-trl/bin/python -m pytest -q tests/test_tool_env.py
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-trl .pytest_cache
