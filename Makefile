@@ -153,6 +153,7 @@ bench-trl: $(TRL_STAMP)
 
 # hp_agent envs inside TRL's GRPOTrainer (environment_factory): the adapter's tests and one real step
 test-trl: $(TRL_STAMP)
+	.venv-trl/bin/python -c "import pytest" 2>/dev/null || .venv-trl/bin/pip install --quiet "pytest>=8"
 	.venv-trl/bin/python -m pytest -q tests/test_tool_env.py
 
 clean:

@@ -500,7 +500,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r} is not key=value (e.g. algo.clip_eps_low=0.1)")
-    return key.strip().split("."), yaml.safe_load(value)
+    try:
+        return key.strip().split("."), yaml.safe_load(value)
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or "not valid YAML"
+        raise ConfigError(f"override {key.strip()}: the value {value!r} is not valid YAML ({problem}); quote a "
+                          "mapping or list whole, e.g. \"env.kwargs={split: id}\"") from None
 
 
 def _set_dotted(data: dict, path: list[str], value: Any) -> None:

@@ -19,6 +19,13 @@ def test_overrides_parse_yaml_values():
     assert config.trainer.steps == 3
 
 
+def test_an_override_that_is_not_yaml_names_its_key():
+    # e.g. a shell that split "env.kwargs={split: id}" at the space, or an unclosed list
+    for override, key in [("trainer.steps=[1", "trainer.steps"), ("env.kwargs={bogus:", "env.kwargs")]:
+        with pytest.raises(ConfigError, match=f"override {key}: the value .* is not valid YAML"):
+            load_config(overrides=[override])
+
+
 def test_unknown_key_names_it_and_lists_valid_ones():
     with pytest.raises(ConfigError) as error:
         load_config(overrides=["algo.clip_eps=0.2"])

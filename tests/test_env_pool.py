@@ -21,6 +21,7 @@ import pool_envs  # noqa: E402  (workers import it by the spec below; they inher
 
 from hp_agent.envs import make  # noqa: E402
 from hp_agent.envs.pool import EnvError, LocalPool, WorkerPool, make_env_pool  # noqa: E402
+from hp_agent.errors import UserError  # noqa: E402
 from hp_agent.policies import SamplingParams  # noqa: E402
 from hp_agent.rollout import Episode, PhaseTimes, collect  # noqa: E402
 
@@ -199,8 +200,10 @@ def test_in_process_pool_and_start_errors():
         error, ok = pool.step_many([(0, "a"), (1, "b")])
         assert isinstance(error, EnvError) and error.type == "RuntimeError" and ok[2] is True
         assert pool.worker_pids() == []
-    with pytest.raises(RuntimeError, match="could not build 'math' envs: UserValueError: unknown split 'nope'"):
+    # a bad argument met in a worker is the user's mistake: the env's own one line, no traceback
+    with pytest.raises(UserError, match="^unknown split 'nope'") as error:
         make_env_pool("math", 2, num_workers=1, env_kwargs={"split": "nope"})
+    assert not isinstance(error.value, RuntimeError) and "\n" not in str(error.value)
 
 
 def test_workers_exit_when_the_parent_dies():

@@ -19,6 +19,7 @@ from typing import Any, Protocol, Union, runtime_checkable
 
 from hp_agent.envs import make
 from hp_agent.envs.base import TextEnv
+from hp_agent.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,14 @@ class EnvError:
     type: str
     message: str
     traceback: str = ""
+    user_error: bool = False  # a bad name or argument (hp_agent.errors.UserError): one line, not a bug
 
     def __str__(self) -> str:
         return f"{self.type}: {self.message}"
 
     @classmethod
     def from_exception(cls, error: BaseException) -> EnvError:
-        return cls(type(error).__name__, str(error), "".join(traceback.format_exception(error)))
+        return cls(type(error).__name__, str(error), "".join(traceback.format_exception(error)), isinstance(error, UserError))
 
 
 Result = Union[tuple, EnvError]

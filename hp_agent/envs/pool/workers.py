@@ -16,6 +16,7 @@ from multiprocessing.connection import wait
 
 from hp_agent.envs.pool.base import EnvAttributes, EnvError, EnvPool, Request, Result, require_slots
 from hp_agent.envs.pool.process import GRACE_S, Worker
+from hp_agent.errors import UserValueError
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,8 @@ class WorkerPool(EnvPool):
             except (EOFError, OSError):
                 worker.process.join(GRACE_S)
                 raise RuntimeError(f"env worker {worker.index} {worker.exit_text()} while building {self.env_spec!r} envs") from None
+            if worker.broken is not None and worker.broken.user_error:
+                raise UserValueError(worker.broken.message)
             if worker.broken is not None:
                 raise RuntimeError(
                     f"env worker {worker.index} could not build {self.env_spec!r} envs: {worker.broken}\n{worker.broken.traceback}")
