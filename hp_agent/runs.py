@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import os
 import re
@@ -38,19 +37,11 @@ import torch
 from hp_agent.distributed import SINGLE, Ranks, all_gather
 from hp_agent.errors import MissingPackageError, UserError
 from hp_agent.files import atomic_write_text
-from hp_agent.run_folder import checkpoint_dir, checkpoint_folders, checkpoint_step, latest_checkpoint
-
-MANIFEST_FILE = "manifest.json"
-
-log = logging.getLogger(__name__)
+from hp_agent.run_folder import MANIFEST_FILE, checkpoint_dir, checkpoint_folders, checkpoint_step, file_sha256, latest_checkpoint
 
 
 class CheckpointWriteError(UserError):
     """A checkpoint could not be written (a full disk, no permission); the run can resume from the last good one."""
-
-
-class CheckpointDamagedError(UserError):
-    """No checkpoint of a run matches its manifest, so none can be resumed."""
 
 
 def _json_safe(value: Any) -> Any:
@@ -143,60 +134,11 @@ def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> An
     return wandb.init(project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=config)
 
 
-def resume_checkpoint(run_dir: Path) -> Path | None:
-    """The newest checkpoint of a run whose files match its manifest (None: the run has none).
-
-    Damaged newer ones (see :func:`checkpoint_damage`) are skipped with a one-line warning
-    that names them and the one taken; :class:`CheckpointDamagedError` when all are damaged.
-    """
-    damaged = []
-    for folder in reversed(checkpoint_folders(run_dir)):
-        problem = checkpoint_damage(folder)
-        if problem is None:
-            if damaged:
-                log.warning("damaged checkpoint %s; resuming from %s instead", "; ".join(damaged), folder)
-            return folder
-        damaged.append(f"{folder} ({problem})")
-    if damaged:
-        raise CheckpointDamagedError(f"no checkpoint of {str(run_dir)!r} can be resumed, each is damaged: "
-                                     f"{'; '.join(damaged)}. Restore one from a copy, or start a new run")
-    return None
-
-
-def checkpoint_damage(checkpoint: Path) -> str | None:
-    """What is wrong with a checkpoint folder, or None when every file its manifest lists is
-    there with the size and SHA-256 the manifest gives."""
-    try:
-        files = json.loads((checkpoint / MANIFEST_FILE).read_text())["files"]
-    except FileNotFoundError:
-        return f"no {MANIFEST_FILE}: not completely written, or written before checkpoints had one"
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        return f"unreadable {MANIFEST_FILE} ({error})"
-    for name, expected in files.items():  # sizes first: a truncated file is found without reading the others
-        path = checkpoint / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != expected["bytes"]:
-            return f"{name} has {path.stat().st_size} bytes, {MANIFEST_FILE} says {expected['bytes']}"
-    for name, expected in files.items():
-        if _sha256(checkpoint / name) != expected["sha256"]:
-            return f"{name} does not match its SHA-256 in {MANIFEST_FILE}"
-    return None
-
-
 def write_manifest(folder: Path) -> None:
     """Record the size and SHA-256 of every file under ``folder`` in its manifest (written atomically)."""
-    files = {path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    files = {path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
              for path in sorted(folder.rglob("*")) if path.is_file()}
     atomic_write_text(folder / MANIFEST_FILE, json.dumps({"files": files}, indent=1) + "\n")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_checkpoint(

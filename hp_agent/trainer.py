@@ -34,8 +34,8 @@ from hp_agent.memory_plan import check_memory
 from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import PhaseTimes
-from hp_agent.run_folder import latest_checkpoint
-from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, resume_checkpoint, save_checkpoint
+from hp_agent.run_folder import latest_checkpoint, resume_checkpoint
+from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, save_checkpoint
 from hp_agent.scored_batch import InlineRollouts, RolloutJob, ScoredBatch
 from hp_agent.trajectory import Trajectory
 

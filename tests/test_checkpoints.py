@@ -20,8 +20,8 @@ import hp_agent
 from hp_agent.distributed import Ranks
 from hp_agent.errors import UserError
 from hp_agent.files import read_jsonl_records
-from hp_agent.run_folder import latest_checkpoint
-from hp_agent.runs import checkpoint_damage, resume_checkpoint, save_checkpoint
+from hp_agent.run_folder import checkpoint_damage, latest_checkpoint, model_source, resume_checkpoint
+from hp_agent.runs import save_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +98,18 @@ def test_resume_continues_from_the_previous_checkpoint_when_the_latest_is_trunca
     assert [r["step"] for r in read_jsonl_records(run / "metrics.jsonl")] == [0, 1]  # step 1 redone, logged once
     assert any("step_000002" in m and "step_000001" in m for m in caplog.messages)
     assert latest_checkpoint(run).name == "step_000002" and checkpoint_damage(latest_checkpoint(run)) is None
+
+
+def test_a_run_folder_as_a_model_skips_a_damaged_latest_as_resume_does(run, caplog):
+    """eval, compare and sft name a run folder as a model: a truncated latest model crashed
+    in safetensors, and with ``latest`` deleted the run was said to have no checkpoint."""
+    _truncate(run / "checkpoints" / "step_000002" / "model" / "model.safetensors")
+    with caplog.at_level(logging.WARNING):
+        assert model_source(str(run)) == str(run / "checkpoints" / "step_000001" / "model")
+    assert any("step_000002" in m and "step_000001" in m for m in caplog.messages)
+    (run / "checkpoints" / "latest").unlink()
+    assert model_source(str(run)) == str(run / "checkpoints" / "step_000001" / "model")
+    hp_agent.evaluate(env="keys", model=str(run), limit=2)  # loads and plays the older model
 
 
 def test_resume_with_no_valid_checkpoint_is_a_one_line_user_error(run):

@@ -19,7 +19,7 @@ from hp_agent.files import read_jsonl_records
 from hp_agent.hindsight import ScoringOptions, score_trajectories
 from hp_agent.policies import SamplingParams, load_policy
 from hp_agent.rollout import Episode, collect
-from hp_agent.runs import checkpoint_damage
+from hp_agent.run_folder import checkpoint_damage
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pool_envs import TiedOrNot  # noqa: E402
