@@ -9,16 +9,12 @@ Layout of ``runs/<name>/checkpoints/``::
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from hp_agent.errors import UserError, UserFileExistsError, UserFileNotFoundError
+from hp_agent.errors import UserError, UserFileNotFoundError
 
 CHECKPOINT_PREFIX = "step_"
 MANIFEST_FILE = "manifest.json"
@@ -28,28 +24,6 @@ log = logging.getLogger(__name__)
 
 class CheckpointDamagedError(UserError):
     """No checkpoint of a run matches its manifest, so none can be resumed."""
-
-
-@contextmanager
-def claimed(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir`` for one training process: a second run (or resume) of the same folder
-    is refused while this one lives, so that two runs never write one folder. The lock is
-    ``.<name>.lock`` beside the folder (the folder itself is made only once env and model
-    load); the kernel releases it when this process ends, however it ends."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = run_dir.parent / f".{run_dir.name}.lock"
-    with lock.open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise UserFileExistsError(f"run folder {str(run_dir)!r} is in use by a run in {holder}; wait for it to end, "
-                                      "or pick another trainer.name") from None
-        handle.truncate(0)
-        handle.write(f"process {os.getpid()}\n")
-        handle.flush()
-        yield
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:

@@ -34,7 +34,7 @@ from hp_agent.memory_plan import check_memory
 from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import PhaseTimes
-from hp_agent.run_folder import checkpoint_step, claimed, latest_checkpoint, resume_checkpoint
+from hp_agent.run_folder import checkpoint_step, latest_checkpoint, resume_checkpoint
 from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, save_checkpoint
 from hp_agent.scored_batch import InlineRollouts, RolloutJob, ScoredBatch
 from hp_agent.trajectory import Trajectory
@@ -195,6 +195,9 @@ def train(
     if config.trainer.check_memory:  # from config.json alone: a run that cannot fit stops before it loads
         _check_memory_on_every_rank(config, ranks)
     run_dir = all_gather(run_dir, ranks)[0]  # rank 0's clock names the run
+    # Rank 0 alone looks: it may already have made the folder when another rank got here.
+    if resume is None and ranks.is_main and (run_dir / "config.yaml").exists():
+        raise UserFileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
     if run_dir.exists() and not run_dir.is_dir():
         raise UserFileExistsError(f"run folder {str(run_dir)!r} is a file; pick another trainer.name or trainer.run_dir")
     if config.trainer.prompts_per_step % ranks.world_size:
@@ -202,10 +205,6 @@ def train(
                              f"{ranks.world_size} ranks; use a multiple of {ranks.world_size}")
     # Env workers and log files are closed however the run ends (an error mid-step too).
     with ExitStack() as resources:
-        if ranks.is_main:  # rank 0 alone writes the folder, so it alone holds it, then looks in it
-            resources.enter_context(claimed(run_dir))
-            if resume is None and (run_dir / "config.yaml").exists():
-                raise UserFileExistsError(f"run folder {str(run_dir)!r} exists; resume it with --resume or pick another name")
         return _train(config, run_dir, checkpoint, resume is not None, progress and ranks.is_main, resources, ranks)
 
 

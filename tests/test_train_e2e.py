@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 import hp_agent
-from hp_agent.errors import UserError
 from hp_agent.files import read_jsonl_records
 from hp_agent.run_folder import latest_checkpoint, model_source
 
@@ -133,28 +132,6 @@ def test_a_signal_stops_training_saying_where_and_how_to_resume(tmp_path, signum
     last = latest_checkpoint(run).name.split("_")[1].lstrip("0")
     assert f"its last checkpoint is step {last}: resume with `hp-agent train --resume {run}`" in output
     assert "Traceback" not in output and "of 200 steps" in output
-
-
-def test_a_second_run_of_a_folder_in_use_is_refused_and_the_first_is_untouched(tmp_path):
-    """Two runs of one name both ran into one folder: every step logged twice, checkpoints mixed."""
-    overrides = ["env.name=keys", "trainer.steps=200", "trainer.prompts_per_step=2", f"trainer.run_dir={tmp_path}",
-                 "trainer.name=shared"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen([sys.executable, "-m", "hp_agent.cli", "train", *overrides], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    run = tmp_path / "shared"
-    try:
-        assert _wait_for(lambda: (run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").stat().st_size, 240)
-        for again in ({"overrides": overrides}, {"resume": run}):  # a fresh start, or a resume, of the live run
-            with pytest.raises(UserError, match=f"run folder '{run}' is in use by a run in process {first.pid}"):
-                hp_agent.train(progress=False, **again)
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-    steps = [record["step"] for record in read_jsonl_records(run / "metrics.jsonl")]
-    assert steps == list(range(len(steps)))  # the first run's steps alone, each once
-    with pytest.raises(UserError, match="exists; resume it with --resume"):  # the lock went with its process
-        hp_agent.train(progress=False, overrides=overrides)
 
 
 def test_cli_errors_are_clear(tmp_path, monkeypatch):
