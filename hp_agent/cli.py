@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import traceback
 from functools import partial
@@ -33,13 +32,9 @@ BUG = ("error: this is a bug in hp_agent, not a mistake in the command: please r
        "and the command that ran")
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # one line, however wide
-    raise typer.Exit(code=code)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise typer.Exit(code=2)
 
 
 def _yaml_mapping(text: str, option: str, example: str) -> dict:
@@ -61,7 +56,7 @@ class _Commands(TyperGroup):
         try:
             return super().invoke(ctx)
         except UserError as error:
-            _fail(str(error), getattr(error, "exit_code", 2))
+            _fail(str(error))
         except BrokenPipeError:
             # The reader of the output has gone (`hp-agent eval --help | head`): not a bug.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -116,7 +111,6 @@ def train(
     _quiet_libraries()
     from hp_agent.trainer import train as run_training
 
-    signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM stops the run as Ctrl-C does: it says where, and how to resume
     summary = run_training(config, resume=resume, overrides=flags + list(overrides or []))  # TrainingError: a user error
     if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports
         return

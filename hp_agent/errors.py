@@ -37,11 +37,5 @@ class UserFileExistsError(UserError, FileExistsError):
     """An output folder that is already there."""
 
 
-class TrainingStopped(UserError):
-    """Ctrl-C or SIGTERM ended a training run; the message says where it stopped and how to resume."""
-
-    exit_code = 130  # the shell's code for a run ended by an interrupt
-
-
 class MissingPackageError(UserError, ImportError):
     """An optional package is not installed; the message gives the command that installs it."""

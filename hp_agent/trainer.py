@@ -28,13 +28,13 @@ from hp_agent.credit.baseline import HistoricalBaseline
 from hp_agent.credit_view import VIEWS_FILE, with_credit
 from hp_agent.devices import check_device
 from hp_agent.distributed import SINGLE, Ranks, all_gather, all_reduce_sum, init_from_env, shard
-from hp_agent.errors import TrainingStopped, UserError, UserFileExistsError, UserFileNotFoundError, UserValueError
+from hp_agent.errors import UserError, UserFileExistsError, UserFileNotFoundError, UserValueError
 from hp_agent.learner import Learner, StepRecord, add_metrics
 from hp_agent.memory_plan import check_memory
 from hp_agent.policies.lora import save_model
 from hp_agent.progress import LoopProgress
 from hp_agent.rollout import PhaseTimes
-from hp_agent.run_folder import checkpoint_step, latest_checkpoint, resume_checkpoint
+from hp_agent.run_folder import latest_checkpoint, resume_checkpoint
 from hp_agent.runs import JsonlLog, MetricsWriter, load_checkpoint_state, save_checkpoint
 from hp_agent.scored_batch import InlineRollouts, RolloutJob, ScoredBatch
 from hp_agent.trajectory import Trajectory
@@ -264,81 +264,70 @@ def _train(config: TrainConfig, run_dir: Path, checkpoint: Path | None, resuming
     # --- the loop ------------------------------------------------------------------
     for step in range(first_step, min(first_step + off_policy, config.trainer.steps)):
         submit(step)  # one-step-off: the batches the rollout process plays before the first update
-    try:
-        with LoopProgress("train", config.trainer.steps, enabled=progress, completed=state.step) as bar:
-            for step in range(state.step, config.trainer.steps):
-                step_start, cpu_start = time.perf_counter(), rollouts.cpu_seconds()
-                times = PhaseTimes()
+    with LoopProgress("train", config.trainer.steps, enabled=progress, completed=state.step) as bar:
+        for step in range(state.step, config.trainer.steps):
+            step_start, cpu_start = time.perf_counter(), rollouts.cpu_seconds()
+            times = PhaseTimes()
 
-                # 1. rollout and 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the
-                # snapshot that generated: played here now (synchronous), or by the rollout process while
-                # the learner trained on the step before (one-step-off, then scored by the rollout process or,
-                # with trainer.learner_scoring_share, partly here), which plays step + k's batch next.
-                if step + off_policy < config.trainer.steps:
-                    submit(step + off_policy)
-                batch = rollouts.receive(times)  # one-step-off: the wait for it (and the learner's share of the scoring) in times
-                _check_batch(batch, step, max(step - off_policy, first_step))
-                kept = batch.kept
-                slots = [ranks.rank * len(batch.trajectories) + k for k in batch.usable]  # places in the global order
+            # 1. rollout and 2. hindsight scoring (HP-RLVR) or behaviour-policy replay (GRPO), with the
+            # snapshot that generated: played here now (synchronous), or by the rollout process while
+            # the learner trained on the step before (one-step-off, then scored by the rollout process or,
+            # with trainer.learner_scoring_share, partly here), which plays step + k's batch next.
+            if step + off_policy < config.trainer.steps:
+                submit(step + off_policy)
+            batch = rollouts.receive(times)  # one-step-off: the wait for it (and the learner's share of the scoring) in times
+            _check_batch(batch, step, max(step - off_policy, first_step))
+            kept = batch.kept
+            slots = [ranks.rank * len(batch.trajectories) + k for k in batch.usable]  # places in the global order
 
-                # 3. credit (then the baseline's update), 4. the policy update
-                format_masks = answer_format_masks(policy, kept, rollouts.answer_format)
-                samples, credit_metrics = assign_credit(kept, batch.scores, rule, credit_options, state.baseline, format_masks,
-                                                        ranks, mask_truncated=config.rollout.truncated_turn == "mask")
-                for pick, view in batch.views:  # scored under the snapshot that generated; credit from here
-                    sample_credit = [sample.credit for sample in samples[pick]]
-                    logs.views.write({"step": step, "algo": config.algo.name, **with_credit(view, sample_credit)})
-                started = time.perf_counter()
-                records = learner.step(samples, slots)
-                times.add("time/train", time.perf_counter() - started)
-                # Hand the new weights to the rollouts: vllm's engine, or the rollout process's slot (hf inline: 0 s).
-                times.add("time/weight_sync", rollouts.publish(step + 1))
+            # 3. credit (then the baseline's update), 4. the policy update
+            format_masks = answer_format_masks(policy, kept, rollouts.answer_format)
+            samples, credit_metrics = assign_credit(kept, batch.scores, rule, credit_options, state.baseline, format_masks,
+                                                    ranks, mask_truncated=config.rollout.truncated_turn == "mask")
+            for pick, view in batch.views:  # scored under the snapshot that generated; credit from here
+                sample_credit = [sample.credit for sample in samples[pick]]
+                logs.views.write({"step": step, "algo": config.algo.name, **with_credit(view, sample_credit)})
+            started = time.perf_counter()
+            records = learner.step(samples, slots)
+            times.add("time/train", time.perf_counter() - started)
+            # Hand the new weights to the rollouts: vllm's engine, or the rollout process's slot (hf inline: 0 s).
+            times.add("time/weight_sync", rollouts.publish(step + 1))
 
-                # 5. bookkeeping: logs (every rank's trajectories; rank 0's credit and times), then a
-                # checkpoint every checkpoint_every steps and at the end
-                train_metrics = _account_grad_records(records, state.totals, step, logs.grad_norms, config.learner.max_nonfinite_steps)
-                trajectories = batch.trajectories
-                everyone = [t for part in all_gather(trajectories, ranks) for t in part] if ranks.enabled else trajectories
-                for trajectory in everyone if logs.trajectories is not None else ():
-                    logs.trajectories.write({"step": step, **trajectory.to_dict()})
-                total = time.perf_counter() - step_start
-                phases = _merged(batch.times, times)
-                metrics = {**rollout_metrics(everyone), **credit_metrics, **train_metrics, **phases.seconds}
-                # Overlapped, the rollout's phases ran beside the learner's: the residual is the learner's own.
-                counted = times if rollouts.overlapped else phases
-                metrics["time/residual"] = max(total - sum(counted.seconds.values()), 0.0)
-                metrics["time/total"] = total
-                if rollouts.overlapped:
-                    metrics["async/staleness"] = float(step - batch.version)  # learner updates the batch's weights missed
-                # the trainer's process and its env workers (or its rollout process's); with several ranks, all of them
-                metrics["cpu/step_s"] = all_reduce_sum([max(rollouts.cpu_seconds() - cpu_start, 0.0)], ranks)[0]
-                if torch.cuda.is_available() and policy.device.type == "cuda":  # rank 0's device, since the run started
-                    free_bytes, device_bytes = torch.cuda.mem_get_info(policy.device)
-                    metrics["gpu/peak_memory_gib"] = torch.cuda.max_memory_allocated(policy.device) / (1 << 30)  # torch's allocator
-                    metrics["gpu/device_used_gib"] = (device_bytes - free_bytes) / (1 << 30)  # all on the device (vLLM's too)
-                logs.metrics.write(step, metrics)
-                state.step = summary.steps = step + 1
-                summary.final_metrics = metrics
-                if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
-                    # The batches in flight are not saved: the task order goes back to before their tasks were taken.
-                    summary.checkpoint = save_checkpoint(run_dir, state.step, partial(save_model, policy.model, policy.tokenizer),
-                                                         learner.save, state.state_dict(ranks, taken_before.get(step + 1)),
-                                                         config.trainer.keep_checkpoints, ranks)
-                taken_before.pop(step, None)
-                bar.advance(1, step_status(metrics, full=not bar.terminal))
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI makes it one): say where it stopped, then stop
-        raise TrainingStopped(stopped_message(run_dir, state.step, config.trainer.steps)) from None
+            # 5. bookkeeping: logs (every rank's trajectories; rank 0's credit and times), then a
+            # checkpoint every checkpoint_every steps and at the end
+            train_metrics = _account_grad_records(records, state.totals, step, logs.grad_norms, config.learner.max_nonfinite_steps)
+            trajectories = batch.trajectories
+            everyone = [t for part in all_gather(trajectories, ranks) for t in part] if ranks.enabled else trajectories
+            for trajectory in everyone if logs.trajectories is not None else ():
+                logs.trajectories.write({"step": step, **trajectory.to_dict()})
+            total = time.perf_counter() - step_start
+            phases = _merged(batch.times, times)
+            metrics = {**rollout_metrics(everyone), **credit_metrics, **train_metrics, **phases.seconds}
+            # Overlapped, the rollout's phases ran beside the learner's: the residual is the learner's own.
+            counted = times if rollouts.overlapped else phases
+            metrics["time/residual"] = max(total - sum(counted.seconds.values()), 0.0)
+            metrics["time/total"] = total
+            if rollouts.overlapped:
+                metrics["async/staleness"] = float(step - batch.version)  # learner updates the batch's weights missed
+            # the trainer's process and its env workers (or its rollout process's); with several ranks, all of them
+            metrics["cpu/step_s"] = all_reduce_sum([max(rollouts.cpu_seconds() - cpu_start, 0.0)], ranks)[0]
+            if torch.cuda.is_available() and policy.device.type == "cuda":  # rank 0's device, since the run started
+                free_bytes, device_bytes = torch.cuda.mem_get_info(policy.device)
+                metrics["gpu/peak_memory_gib"] = torch.cuda.max_memory_allocated(policy.device) / (1 << 30)  # torch's allocator
+                metrics["gpu/device_used_gib"] = (device_bytes - free_bytes) / (1 << 30)  # all on the device (vLLM's too)
+            logs.metrics.write(step, metrics)
+            state.step = summary.steps = step + 1
+            summary.final_metrics = metrics
+            if state.step % config.trainer.checkpoint_every == 0 or state.step == config.trainer.steps:
+                # The batches in flight are not saved: the task order goes back to before their tasks were taken.
+                summary.checkpoint = save_checkpoint(run_dir, state.step, partial(save_model, policy.model, policy.tokenizer),
+                                                     learner.save, state.state_dict(ranks, taken_before.get(step + 1)),
+                                                     config.trainer.keep_checkpoints, ranks)
+            taken_before.pop(step, None)
+            bar.advance(1, step_status(metrics, full=not bar.terminal))
     summary.zero_grad_records, summary.grad_records = state.totals["zero_grad_records"], state.totals["grad_records"]
     summary.checkpoint = summary.checkpoint or latest_checkpoint(run_dir)
     return summary
-
-
-def stopped_message(run_dir: Path, steps_done: int, steps: int) -> str:
-    """Where an interrupted run stands: its finished steps, its last checkpoint, the resume command."""
-    last = latest_checkpoint(run_dir)
-    saved = (f"its last checkpoint is step {checkpoint_step(last)}" if last is not None
-             else "no checkpoint was written yet, so a resume starts at step 0")
-    return f"stopped after {steps_done} of {steps} steps; {saved}: resume with `hp-agent train --resume {run_dir}`"
 
 
 def _check_batch(batch: ScoredBatch, step: int, version: int) -> None:
